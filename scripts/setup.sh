@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs everything into .venv in this checkout: torch (CPU, pinned, first),
+# the build tools, metacog_fast itself (compiled core) with its test extras,
+# and unpacks the ALFWorld games from ../shared/data when present.
+# Idempotent: a second run only checks.
+#   METACOG_BACKEND=cuda scripts/setup.sh   builds the CUDA path too (needs nvcc)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PY=${PYTHON:-python3}
+
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv"
+  "$PY" -m venv .venv
+fi
+# shellcheck disable=SC1091
+. .venv/bin/activate
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+python -m pip install -q --upgrade pip
+# torch first and pinned: anything that lets pip choose pulls a multi-GB CUDA build.
+python -m pip install -q torch==2.13.0
+python -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.13" cmake ninja
+
+stamp=.venv/.metacog_build_stamp
+src_hash=$(cat pyproject.toml CMakeLists.txt $(find csrc -type f | sort) | sha1sum | cut -d' ' -f1)-${METACOG_BACKEND:-cpu}
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$src_hash" ] || ! python -c "import metacog_fast._core" 2>/dev/null; then
+  echo "[setup] building metacog_fast (backend=${METACOG_BACKEND:-cpu}); the first build also compiles llama.cpp (several minutes)"
+  python -m pip install --no-build-isolation -e ".[test]"
+  echo "$src_hash" > "$stamp"
+else
+  echo "[setup] metacog_fast already built and up to date"
+fi
+
+# ALFWorld games (json_2.1.1: train / valid_seen / valid_train) from ../shared/data.
+DATA_DIR=${ALFWORLD_DATA:-$ROOT/data/alfworld}
+TARBALL="$ROOT/../shared/data/alfworld/json_2.1.1-dev.tar.xz"
+if [ ! -d "$DATA_DIR/json_2.1.1" ]; then
+  if [ -f "$TARBALL" ]; then
+    echo "[setup] unpacking ALFWorld games into $DATA_DIR"
+    mkdir -p "$DATA_DIR"
+    tar -xJf "$TARBALL" -C "$DATA_DIR"
+  else
+    echo "[setup] ALFWorld games not found ($TARBALL missing): set ALFWORLD_DATA to a folder holding json_2.1.1/ (e.g. from alfworld-download)"
+  fi
+fi
+
+if ! command -v java >/dev/null 2>&1; then
+  echo "[setup] Java not found: ScienceWorld needs Java >= 8 (apt-get install -y default-jre-headless)"
+fi
+echo "[setup] done"
