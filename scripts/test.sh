@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs if needed (scripts/setup.sh), then runs the test suite without the
+# tests marked slow or gpu. Extra arguments go to pytest.
+#   bash scripts/test.sh                 # what CI runs
+#   bash scripts/test.sh -m slow         # the long tests
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh || { echo "[test] setup failed"; exit 1; }
+# shellcheck disable=SC1091
+. .venv/bin/activate
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+if [ "$#" -eq 0 ]; then
+  set -- -m "not slow and not gpu"
+fi
+python -m pytest tests/ --timeout=900 "$@"
+rc=$?
+if [ "$rc" -eq 5 ]; then
+  echo "[test] pytest collected no tests: that is a failure of the suite, not a pass"
+  exit 1
+fi
+exit "$rc"
