@@ -1,0 +1,27 @@
+"""Metrics shared by the agents: Type-2 (metacognitive) AUROC and ROC, metacognitive
+accuracy, quantile labels, success rate, tasks solved, steps to success, plots."""
+from __future__ import annotations
+
+from metacog_fast.metrics.outcomes import (
+    mean_steps_charged,
+    mean_steps_to_success,
+    quantile_labels,
+    success_rate,
+    tasks_solved,
+)
+from metacog_fast.metrics.plots import plot_task_bars, plot_type2_roc
+from metacog_fast.metrics.type2 import auroc2, average_ranks, metacognitive_accuracy, type2_roc
+
+__all__ = [
+    "auroc2",
+    "average_ranks",
+    "mean_steps_charged",
+    "mean_steps_to_success",
+    "metacognitive_accuracy",
+    "plot_task_bars",
+    "plot_type2_roc",
+    "quantile_labels",
+    "success_rate",
+    "tasks_solved",
+    "type2_roc",
+]
