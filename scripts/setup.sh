@@ -34,7 +34,8 @@ fi
 
 # ALFWorld games (json_2.1.1: train / valid_seen / valid_train) from ../shared/data.
 DATA_DIR=${ALFWORLD_DATA:-$ROOT/data/alfworld}
-TARBALL="$ROOT/../shared/data/alfworld/json_2.1.1-dev.tar.xz"
+SHARED=${METACOG_SHARED:-$ROOT/../shared}
+TARBALL="$SHARED/data/alfworld/json_2.1.1-dev.tar.xz"
 if [ ! -d "$DATA_DIR/json_2.1.1" ]; then
   if [ -f "$TARBALL" ]; then
     echo "[setup] unpacking ALFWorld games into $DATA_DIR"
