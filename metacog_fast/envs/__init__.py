@@ -1,0 +1,28 @@
+"""Environment adapters behind one protocol (see :mod:`metacog_fast.envs.base`).
+
+    from metacog_fast.envs import make_env
+    env = make_env("metaworld", task="reach-v3", seed=0)
+    obs, info = env.reset()
+    obs, reward, done, info = env.step(env.expert())
+
+Adapters load their simulator lazily, so importing this package is cheap.
+"""
+from __future__ import annotations
+
+from metacog_fast.envs.base import Env, EnvSetupError, EnvTimings, EpisodeFinishedError
+from metacog_fast.envs.metaworld_env import MT10_TASKS, NOVEL_TASKS
+from metacog_fast.envs.probe import ProbeResult, probe_envs
+from metacog_fast.envs.registry import ENV_FACTORIES, make_env
+
+__all__ = [
+    "Env",
+    "EnvSetupError",
+    "EnvTimings",
+    "EpisodeFinishedError",
+    "MT10_TASKS",
+    "NOVEL_TASKS",
+    "ENV_FACTORIES",
+    "make_env",
+    "probe_envs",
+    "ProbeResult",
+]
