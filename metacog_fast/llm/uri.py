@@ -1,0 +1,58 @@
+"""Backend URIs: which backend a setting names, and the resolution order."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+ENV_VAR = "METACOG_LLM"
+DEFAULT_URI = "llama-cpp://"
+SCHEMES = ("llama-cpp", "vllm", "http", "https")
+
+
+@dataclass(frozen=True)
+class BackendURI:
+    """A parsed backend setting."""
+
+    scheme: str
+    """One of :data:`SCHEMES`."""
+    target: str
+    """GGUF path (``""`` = default model), vLLM model name, or the HTTP base URL."""
+    raw: str
+    """The setting as given."""
+
+
+def resolve_uri(uri: str | None) -> str:
+    """Explicit argument, else ``$METACOG_LLM``, else ``llama-cpp://``."""
+    if uri is not None:
+        return uri
+    env = os.environ.get(ENV_VAR, "").strip()
+    return env or DEFAULT_URI
+
+
+def parse_uri(uri: str) -> BackendURI:
+    """Split a backend URI; ValueError naming it for an unknown scheme or a malformed one.
+
+    ``llama-cpp://`` (default model), ``llama-cpp:///abs/path/model.gguf``,
+    ``vllm://<model name or path>``, ``http(s)://host:port/v1``.
+    """
+    if not isinstance(uri, str) or "://" not in uri:
+        raise ValueError(f"LLM backend URI {uri!r}: expected '<scheme>://...' with scheme one of {', '.join(SCHEMES)}")
+    scheme, rest = uri.split("://", 1)
+    scheme = scheme.lower()
+    if scheme not in SCHEMES:
+        raise ValueError(f"LLM backend URI {uri!r}: unknown scheme {scheme!r}; supported schemes: {', '.join(SCHEMES)}")
+    if scheme == "llama-cpp":
+        return BackendURI(scheme, rest, uri)
+    if scheme == "vllm":
+        if not rest:
+            raise ValueError(f"LLM backend URI {uri!r}: expected vllm://<model>, e.g. vllm://Qwen/Qwen2.5-7B-Instruct")
+        return BackendURI(scheme, rest, uri)
+    parts = urlsplit(uri)
+    if not parts.hostname:
+        raise ValueError(f"LLM backend URI {uri!r}: expected {scheme}://host:port/v1")
+    try:
+        parts.port  # noqa: B018 - validates the port
+    except ValueError as exc:
+        raise ValueError(f"LLM backend URI {uri!r}: bad port ({exc})") from exc
+    return BackendURI(scheme, uri.rstrip("/"), uri)
