@@ -1,0 +1,1 @@
+"""The ``metacog`` command line: ``metacog info``, ``metacog demo`` (see :mod:`metacog_fast.cli.main`)."""

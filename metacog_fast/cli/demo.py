@@ -1,0 +1,117 @@
+"""``metacog demo``: run the registered demo parts end to end, print a summary, write JSON.
+
+Output (``--out``, default ``runs/demo/demo.json``, written atomically):
+``{"created", "metacog_fast", "argv", "seed", "parts": {name: figures | {"error": ...}}, "wall_seconds"}``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib
+import sys
+import time
+import traceback
+from typing import Any
+
+from metacog_fast.cli.demo_registry import DEMO_PARTS
+from metacog_fast.cli.io import write_json_atomic
+from metacog_fast.envs.base import EnvSetupError
+
+# Modules that register demo parts on import; later issues append theirs here.
+PART_MODULES = ("metacog_fast.cli.demo_envs",)
+
+
+def load_parts() -> None:
+    for mod in PART_MODULES:
+        importlib.import_module(mod)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    load_parts()
+    defaults = ",".join(n for n, part in DEMO_PARTS.items() if part.default)
+    p.add_argument(
+        "--parts",
+        "--envs",
+        dest="parts",
+        default=defaults,
+        help=f"comma-separated parts to run (default {defaults}; available: {', '.join(DEMO_PARTS)})",
+    )
+    p.add_argument("--out", default="runs/demo/demo.json", help="JSON output path (default runs/demo/demo.json)")
+    p.add_argument("--seed", type=int, default=0, help="seed for the environments (default 0)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    for part in DEMO_PARTS.values():
+        part.add_arguments(p)
+
+
+def _progress_factory(enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    def make(total: int, desc: str) -> Any:
+        return tqdm(total=total, desc=desc, disable=not enabled, file=sys.stderr, leave=True, dynamic_ncols=True)
+
+    return make
+
+
+def _print_summary(results: dict[str, dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="metacog demo", show_header=True)
+    for col in ("part", "episodes", "success", "steps/s", "reset s", "wall s", "note"):
+        t.add_column(col, justify="right" if col not in ("part", "note") else "left")
+    for name, r in results.items():
+        if "error" in r:
+            t.add_row(name, "-", "-", "-", "-", "-", f"[red]{r['error']}[/red]")
+            continue
+        note = ""
+        if "cached_reset_seconds" in r:
+            note = f"cached reset {r['cached_reset_seconds']:.3f} s vs first {r['first_reset_seconds_mean']:.3f} s"
+        elif "mean_score" in r:
+            note = f"mean score {r['mean_score']:.1f}"
+        t.add_row(
+            name,
+            str(r["n_episodes"]),
+            f"{100 * r['success_rate']:.0f} %",
+            f"{r['steps_per_second']:.1f}",
+            f"{r['mean_reset_seconds']:.3f}",
+            f"{r['wall_seconds']:.1f}",
+            note,
+        )
+    Console().print(t)
+
+
+def run(args: argparse.Namespace) -> int:
+    import metacog_fast
+
+    load_parts()
+    names = [n.strip() for n in args.parts.split(",") if n.strip()]
+    unknown = [n for n in names if n not in DEMO_PARTS]
+    if unknown or not names:
+        print(f"metacog demo: --parts: unknown {unknown or names}; available: {', '.join(DEMO_PARTS)}", file=sys.stderr)
+        return 2
+    progress = _progress_factory(not args.no_progress)
+    argv = list(sys.argv)  # textworld's PDDL translation overwrites sys.argv
+    t0 = time.perf_counter()
+    results: dict[str, dict[str, Any]] = {}
+    failed = False
+    for name in names:
+        try:
+            results[name] = DEMO_PARTS[name].run(args, progress)
+        except (EnvSetupError, ValueError) as exc:
+            results[name] = {"error": str(exc)}
+            failed = True
+        except Exception as exc:  # one broken part must not lose the others' figures
+            results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+            failed = True
+    report = {
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "metacog_fast": metacog_fast.__version__,
+        "argv": argv,
+        "seed": args.seed,
+        "parts": results,
+        "wall_seconds": time.perf_counter() - t0,
+    }
+    out = write_json_atomic(args.out, report)
+    _print_summary(results)
+    print(f"wrote {out}")
+    return 1 if failed else 0

@@ -1,0 +1,48 @@
+"""Registry of ``metacog demo`` parts.
+
+A part drives something end to end (an environment with its expert today; agents later)
+and returns a JSON-able dict of figures. To add one:
+
+    from metacog_fast.cli.demo_registry import DemoPart, register_demo_part
+
+    def _args(p):  p.add_argument("--myagent-episodes", type=int, default=2)
+    def _run(args, progress):  ...; return {"success_rate": ...}
+
+    register_demo_part(DemoPart("myagent", "what it shows", _args, _run, default=False))
+
+and import the module from :mod:`metacog_fast.cli.demo` (``PART_MODULES``).
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, Callable
+
+ProgressFactory = Callable[..., Any]
+"""``progress(total=..., desc=...)`` -> a tqdm-like bar (``update``, ``set_postfix_str``, ``close``)."""
+
+
+@dataclass
+class DemoPart:
+    """One runnable part of ``metacog demo``."""
+
+    name: str
+    """Name used on the command line (``--parts name,...``) and as the key in the JSON output."""
+    help: str
+    """One line shown in ``metacog demo --help``."""
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    """Adds the part's own options (prefix them with the part name)."""
+    run: Callable[[argparse.Namespace, ProgressFactory], dict[str, Any]]
+    """Runs the part; returns its figures (JSON-able)."""
+    default: bool = True
+    """Run when ``--parts`` is not given."""
+
+
+DEMO_PARTS: dict[str, DemoPart] = {}
+
+
+def register_demo_part(part: DemoPart) -> DemoPart:
+    if part.name in DEMO_PARTS:
+        raise ValueError(f"demo part {part.name!r} is already registered")
+    DEMO_PARTS[part.name] = part
+    return part
