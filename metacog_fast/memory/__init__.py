@@ -1,0 +1,14 @@
+"""Agent memory (SPEC §1.4, paper 001): a persistent long-term store with the
+generative-agents retrieval score, and a per-agent short-term buffer.
+
+See docs/memory.md.
+"""
+from __future__ import annotations
+
+from metacog_fast.memory.config import MemoryConfig
+from metacog_fast.memory.db import SchemaError
+from metacog_fast.memory.short_term import ShortTermConfig, ShortTermItem, ShortTermMemory
+from metacog_fast.memory.store import MemoryRecord, MemoryStore
+
+__all__ = ["MemoryConfig", "MemoryRecord", "MemoryStore", "SchemaError", "ShortTermConfig", "ShortTermItem",
+           "ShortTermMemory"]

@@ -1,0 +1,194 @@
+"""Memory store benchmarks (SPEC §1.4, issue 7).
+
+Size: ``METACOG_BENCH_MEMORY_N`` records (default 20,000) of dim 384.
+``METACOG_BENCH_MEMORY_DIR``: keep the store there and reuse it on later runs
+(building 1M takes long); default: a fresh temporary folder.
+
+Data: clustered unit vectors (1,000 Gaussian cluster centres; each record is a
+centre plus isotropic noise, cos to its centre ~0.7), importance uniform on the
+integers 1..10, creation times uniform over 30 days, 25 agents, 3 kinds. Queries
+are noisy copies of cluster centres; ``now`` is the end of the 30 days.
+
+Anchors, measured in the same run: an exact numpy scan of the full score
+(``exact_scan_numpy``, the reference the tests use) and raw ``hnswlib`` ``knn_query``
+(k=10, same index, same ef) — the ratios are in ``extra_info``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+
+import numpy as np
+import pytest
+
+from metacog_fast.kernels.reference.memory import exact_scan_numpy
+from metacog_fast.memory import MemoryStore
+
+N = int(os.environ.get("METACOG_BENCH_MEMORY_N", "20000"))
+D = 384
+DAYS = 30
+NOW = DAYS * 86400.0
+N_AGENTS = 25
+N_CLUSTERS = 1000
+NOISE = 1.0  # per-record noise norm relative to the centre norm (cos to centre ~ 0.7)
+BATCH = 10_000
+
+
+def _centres() -> np.ndarray:
+    c = np.random.default_rng(1234).standard_normal((N_CLUSTERS, D)).astype(np.float32)
+    return c / np.linalg.norm(c, axis=1, keepdims=True)
+
+
+def _batch(rng: np.random.Generator, centres: np.ndarray, n: int):
+    which = rng.integers(0, N_CLUSTERS, n)
+    noise = rng.standard_normal((n, D)).astype(np.float32) * (NOISE / np.sqrt(D))
+    e = centres[which] + noise
+    imp = rng.integers(1, 11, n)
+    created = rng.uniform(0, NOW, n)
+    agents = [f"agent{i % N_AGENTS}" for i in rng.integers(0, N_AGENTS, n)]
+    kinds = [("observation", "reflection", "plan")[i] for i in rng.integers(0, 3, n)]
+    return e, imp, created, agents, kinds
+
+
+def _queries(n: int, seed: int = 7) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    c = _centres()[rng.integers(0, N_CLUSTERS, n)]
+    q = c + rng.standard_normal((n, D)).astype(np.float32) * (NOISE / np.sqrt(D))
+    return q / np.linalg.norm(q, axis=1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def store():
+    keep = os.environ.get("METACOG_BENCH_MEMORY_DIR")
+    folder = keep or tempfile.mkdtemp(prefix="bench_memory_")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"memory_{N}.db")
+    stats_path = path + ".build.json"
+    if keep and os.path.exists(stats_path):
+        st = MemoryStore.open(path, dim=D)
+        with open(stats_path) as f:
+            build = json.load(f)
+    else:
+        for p in (path, path + "-wal", path + "-shm", path + ".hnsw", path + ".hnsw.json"):
+            if os.path.exists(p):
+                os.remove(p)
+        st = MemoryStore.open(path, dim=D, save_every=0)
+        rng = np.random.default_rng(0)
+        centres = _centres()
+        t0 = time.perf_counter()
+        done = 0
+        while done < N:
+            n = min(BATCH, N - done)
+            st.add(*_batch(rng, centres, n))
+            done += n
+        t_add = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        st.flush()
+        build = {"n": N, "add_s": t_add, "records_per_s": N / t_add, "first_save_s": time.perf_counter() - t1}
+        tmp = stats_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(build, f)
+        os.replace(tmp, stats_path)
+    st.build_stats = build  # type: ignore[attr-defined]
+    yield st
+    st.close()
+    if not keep:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _times(fn, n: int) -> np.ndarray:
+    out = np.empty(n)
+    for i in range(n):
+        t = time.perf_counter()
+        fn(i)
+        out[i] = time.perf_counter() - t
+    return out
+
+
+def _exact_anchor(st: MemoryStore, q: np.ndarray, k: int = 10):
+    t = st._table
+    rows = t.filter_rows(None, None, None)
+    return exact_scan_numpy(t.keys, t.last_access, t.importance, rows, q, k, NOW)
+
+
+def test_single_query_k10(benchmark, store):
+    """One query, k=10: p50/p99 over 300 queries; vs exact numpy scan and raw hnswlib knn_query."""
+    qs = _queries(300)
+    ours = _times(lambda i: store.retrieve(qs[i], 10, NOW, touch=False), len(qs))
+    idx = store._index
+    idx.set_ef(store.config.ef)
+    raw = _times(lambda i: idx.knn_query(qs[i: i + 1], k=10, num_threads=1), len(qs))
+    n_exact = 5 if N >= 200_000 else 30
+    exact = _times(lambda i: _exact_anchor(store, qs[i: i + 1]), n_exact)
+    benchmark.extra_info.update({
+        "n": N, "p50_ms": float(np.median(ours) * 1e3), "p99_ms": float(np.percentile(ours, 99) * 1e3),
+        "raw_hnswlib_p50_ms": float(np.median(raw) * 1e3), "exact_numpy_p50_ms": float(np.median(exact) * 1e3),
+        "ratio_vs_raw_hnswlib": float(np.median(ours) / np.median(raw)),
+        "speedup_vs_exact_numpy": float(np.median(exact) / np.median(ours)),
+        "build": store.build_stats,
+    })
+    it = iter(range(10**9))
+    benchmark(lambda: store.retrieve(qs[next(it) % len(qs)], 10, NOW, touch=False))
+
+
+def test_25_agents_one_call(benchmark, store):
+    """25 queries (one per agent) in one call, k=10; vs 25 single calls, raw hnswlib and exact numpy."""
+    qs = _queries(25, seed=11)
+    ours = _times(lambda i: store.retrieve(qs, 10, NOW, touch=False), 40)
+    singles = _times(lambda i: [store.retrieve(q, 10, NOW, touch=False) for q in qs], 10)
+    idx = store._index
+    idx.set_ef(store.config.ef)
+    raw = _times(lambda i: idx.knn_query(qs, k=10, num_threads=1), 40)
+    exact = _times(lambda i: _exact_anchor(store, qs), 2 if N >= 200_000 else 5)
+    benchmark.extra_info.update({
+        "n": N, "p50_ms": float(np.median(ours) * 1e3), "p99_ms": float(np.percentile(ours, 99) * 1e3),
+        "raw_hnswlib_p50_ms": float(np.median(raw) * 1e3), "exact_numpy_p50_ms": float(np.median(exact) * 1e3),
+        "ratio_vs_raw_hnswlib": float(np.median(ours) / np.median(raw)),
+        "speedup_vs_exact_numpy": float(np.median(exact) / np.median(ours)),
+        "speedup_vs_25_single_calls": float(np.median(singles) / np.median(ours)),
+    })
+    benchmark(lambda: store.retrieve(qs, 10, NOW, touch=False))
+
+
+def test_recall_at_10(benchmark, store):
+    """recall@10 of the default fast path against exact=True (100 queries, unfiltered and per agent)."""
+    qs = _queries(100, seed=3)
+    fast = store.retrieve(qs, 10, NOW, touch=False)
+    exact = store.retrieve(qs, 10, NOW, touch=False, exact=True)
+    rec = float(np.mean([len(set(a[0].tolist()) & set(b[0].tolist())) / 10 for a, b in zip(fast, exact)]))
+    fast_a = store.retrieve(qs[:25], 10, NOW, agent="agent3", touch=False)
+    exact_a = store.retrieve(qs[:25], 10, NOW, agent="agent3", touch=False, exact=True)
+    rec_a = float(np.mean([len(set(a[0].tolist()) & set(b[0].tolist())) / 10 for a, b in zip(fast_a, exact_a)]))
+    benchmark.extra_info.update({"n": N, "recall_at_10": rec, "recall_at_10_agent_filter": rec_a})
+    benchmark.pedantic(lambda: store.retrieve(qs[:25], 10, NOW, touch=False, exact=True), rounds=1, iterations=1)
+
+
+def test_insert_batch_1000(benchmark, store):
+    """Insert throughput: batches of 1,000 records (SQLite commit + HNSW add) into the N-record store."""
+    rng = np.random.default_rng(99)
+    centres = _centres()
+    batches = [_batch(rng, centres, 1000) for _ in range(3)]
+    it = iter(batches)
+    ids = []
+    benchmark.pedantic(lambda: ids.append(store.add(*next(it))), rounds=3, iterations=1)
+    per_s = 1000 / benchmark.stats.stats.median
+    benchmark.extra_info.update({"n": N, "records_per_s": per_s, "build": store.build_stats})
+    store.forget(np.concatenate(ids))
+
+
+def test_reopen(benchmark, store, tmp_path):
+    """close() + open(): records loaded from SQLite, index loaded after its checksum check."""
+    store.flush()
+    path = store.path
+    reports = []
+
+    def reopen():
+        s = MemoryStore.open(path, dim=D)
+        reports.append(s.open_report)
+        s.close()
+
+    benchmark.pedantic(reopen, rounds=2 if N >= 200_000 else 3, iterations=1)
+    benchmark.extra_info.update({"n": N, "open_report": reports[-1]})

@@ -1,0 +1,130 @@
+"""Memory retrieval score and exact rerank (SPEC §1.4), with ``backend=``.
+
+``memory_scores`` gives the score of every candidate; ``memory_rerank`` the top-k
+candidates per query. Backends: ``"cpu"`` (C++, OpenMP over queries, per-ISA dot
+products) and ``"torch"`` (the readable reference in
+``metacog_fast.kernels.reference.memory``). The memory store
+(``metacog_fast.memory``) calls this with HNSW + recency/importance candidates.
+
+Shapes: queries [Q, D] float32 (L2-normalised), keys [N, D] float32
+(L2-normalised), last_access [N] float64 seconds, importance [N] float32 in
+[1, 10], candidates [C] (shared) or [Q, C] int64 rows of ``keys`` (-1 = padding).
+Results: scores [Q, C] float32; rerank -> (rows [Q, k] int64, scores [Q, k] float32).
+Not differentiable: the store ranks records, it does not train through them.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from metacog_fast._backend import core, resolve_backend
+from metacog_fast.kernels.reference import memory as ref
+
+Weights = tuple[float, float, float]
+
+
+def _np(x: Any, name: str, dtype: type, ndim: tuple[int, ...]) -> np.ndarray:
+    try:
+        import torch
+
+        if isinstance(x, torch.Tensor):
+            if x.is_cuda:
+                raise ValueError(f"{name}: memory kernels run on the CPU; got a CUDA tensor")
+            x = x.detach().numpy()
+    except ImportError:  # pragma: no cover
+        pass
+    a = np.asarray(x)
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"{name}: expected a numeric array, got dtype {a.dtype}")
+    if a.ndim not in ndim:
+        raise ValueError(f"{name}: expected {' or '.join(f'{n}-d' for n in ndim)} array, got shape {list(a.shape)}")
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+def _inputs(queries, keys, last_access, importance, candidates):
+    q = _np(queries, "queries", np.float32, (2,))
+    kk = _np(keys, "keys", np.float32, (2,))
+    if kk.shape[1] != q.shape[1]:
+        raise ValueError(f"keys: expected shape [N, {q.shape[1]}] (the query dim), got {list(kk.shape)}")
+    n = kk.shape[0]
+    la = _np(last_access, "last_access", np.float64, (1,))
+    imp = _np(importance, "importance", np.float32, (1,))
+    if la.shape[0] != n:
+        raise ValueError(f"last_access: expected shape [{n}], got {list(la.shape)}")
+    if imp.shape[0] != n:
+        raise ValueError(f"importance: expected shape [{n}], got {list(imp.shape)}")
+    c = _np(candidates, "candidates", np.int64, (1, 2))
+    if c.ndim == 2 and c.shape[0] != q.shape[0]:
+        raise ValueError(f"candidates: expected shape [C] or [{q.shape[0]}, C], got {list(c.shape)}")
+    if c.size and (c.min() < -1 or c.max() >= n):
+        raise ValueError(f"candidates: rows must lie in [-1, {n}), got min {c.min()} max {c.max()}")
+    if not np.isfinite(q).all():
+        raise ValueError("queries: contains NaN or inf")
+    return q, kk, la, imp, c
+
+
+def _weights(weights: Weights) -> Weights:
+    if len(weights) != 3:
+        raise ValueError(f"weights: expected (w_rec, w_rel, w_imp), got {weights!r}")
+    return tuple(float(w) for w in weights)  # type: ignore[return-value]
+
+
+def memory_scores(
+    queries: Any,
+    keys: Any,
+    last_access: Any,
+    importance: Any,
+    candidates: Any,
+    now: float,
+    weights: Weights = (1.0, 1.0, 1.0),
+    decay: float = ref.DECAY,
+    unit: float = ref.UNIT_SECONDS,
+    backend: str = "auto",
+) -> np.ndarray:
+    """SPEC §1.4 score of each candidate row for each query: [Q, C] float32 (-inf at padding)."""
+    q, kk, la, imp, c = _inputs(queries, keys, last_access, importance, candidates)
+    w = _weights(weights)
+    be = resolve_backend(backend, has=("cpu", "torch"))
+    if be == "cpu":
+        return core().memory_scores(q, kk, la, imp, c, float(now), *w, float(decay), float(unit))
+    import torch
+
+    out = ref.memory_scores(
+        torch.from_numpy(q), torch.from_numpy(kk), torch.from_numpy(la), torch.from_numpy(imp),
+        torch.from_numpy(c), float(now), w, float(decay), float(unit),
+    )
+    return out.to(torch.float32).numpy()
+
+
+def memory_rerank(
+    queries: Any,
+    keys: Any,
+    last_access: Any,
+    importance: Any,
+    candidates: Any,
+    k: int,
+    now: float,
+    weights: Weights = (1.0, 1.0, 1.0),
+    decay: float = ref.DECAY,
+    unit: float = ref.UNIT_SECONDS,
+    backend: str = "auto",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k candidate rows per query, best first: (rows [Q, k] int64, scores [Q, k] float32).
+
+    Ties go to the smaller row; missing places are row -1 with score -inf.
+    """
+    if int(k) < 1:
+        raise ValueError(f"k: expected k >= 1, got {k}")
+    q, kk, la, imp, c = _inputs(queries, keys, last_access, importance, candidates)
+    w = _weights(weights)
+    be = resolve_backend(backend, has=("cpu", "torch"))
+    if be == "cpu":
+        return core().memory_rerank(q, kk, la, imp, c, int(k), float(now), *w, float(decay), float(unit))
+    import torch
+
+    rows, scores = ref.memory_rerank(
+        torch.from_numpy(q), torch.from_numpy(kk), torch.from_numpy(la), torch.from_numpy(imp),
+        torch.from_numpy(c), int(k), float(now), w, float(decay), float(unit),
+    )
+    return rows.numpy(), scores.to(torch.float32).numpy()

@@ -1,0 +1,55 @@
+"""Configuration of the memory store (SPEC §1.4)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from metacog_fast.kernels.reference.memory import DECAY, UNIT_SECONDS
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """Settings of a :class:`~metacog_fast.memory.MemoryStore`. Stored-format settings
+    (``dim``, ``M``, ``ef_construction``) must match the files on reopen; the rest may change."""
+
+    dim: int = 384
+    """Embedding size (MiniLM-L6: 384)."""
+    M: int = 16
+    """HNSW graph degree (hnswlib ``M``)."""
+    ef_construction: int = 200
+    """HNSW build-time beam width."""
+    ef: int = 96
+    """HNSW query beam width; raised to the candidate count k' when that is larger."""
+    candidate_factor: int = 4
+    """HNSW candidates per query: k' = max(k * candidate_factor, min_candidates)."""
+    min_candidates: int = 64
+    """Lower bound of k' (see ``candidate_factor``)."""
+    head: int = 4
+    """Most recent records taken from each importance bucket to seed the score threshold."""
+    exact_below: int = 2048
+    """When at most this many live records pass the filter, retrieval scans them all (exact)."""
+    save_every: int = 50_000
+    """Save the HNSW index after this many added records since the last save (0 = only flush/close)."""
+    synchronous: str = "FULL"
+    """SQLite ``PRAGMA synchronous``: FULL survives power loss; NORMAL survives a killed process only."""
+    decay: float = DECAY
+    """Recency decay per ``unit`` (SPEC: 0.995)."""
+    unit: float = UNIT_SECONDS
+    """Recency unit in seconds of simulation time (SPEC: 1 hour = 3600 s)."""
+    verify_checksum: bool = True
+    """On open, check the index file's CRC32 against the sidecar (slower reopen, catches corruption)."""
+    num_threads: int = 0
+    """hnswlib threads for adds and batched queries (0 = all cores)."""
+    access_flush_every: int = 10_000
+    """Write pending ``last_access`` updates to SQLite after this many (also on add, flush and close)."""
+
+    def __post_init__(self) -> None:
+        if self.dim < 1:
+            raise ValueError(f"dim: expected a positive embedding size, got {self.dim}")
+        if self.M < 2 or self.ef_construction < 1 or self.ef < 1:
+            raise ValueError("M, ef_construction, ef: expected M >= 2 and positive beam widths")
+        if self.candidate_factor < 1 or self.min_candidates < 1 or self.head < 0:
+            raise ValueError("candidate_factor, min_candidates: expected >= 1; head: expected >= 0")
+        if self.synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"synchronous: expected OFF, NORMAL, FULL or EXTRA, got {self.synchronous!r}")
+        if not (0.0 < self.decay <= 1.0) or self.unit <= 0:
+            raise ValueError("decay: expected 0 < decay <= 1; unit: expected > 0 seconds")
