@@ -1,6 +1,7 @@
 """ALFWorld text games (json_2.1.1 ``game.tw-pddl`` folders) behind the common protocol.
 
-Data folder, first found: ``data=`` option, ``$ALFWORLD_DATA``, ``<repo>/data/alfworld``.
+Data folder: the ``data=`` option if given; else the first of ``$ALFWORLD_DATA``,
+``<repo>/data/alfworld`` that holds the split.
 It must hold ``json_2.1.1/<split>/<task folder>/<trial>/game.tw-pddl`` (the layout of
 ``alfworld-download`` and of ``../shared/data/alfworld/json_2.1.1-dev.tar.xz``); a folder
 that directly holds the split folders works too.
@@ -63,10 +64,13 @@ def find_split_dir(split: str, data: str | os.PathLike[str] | None = None) -> Pa
     roots: list[Path] = []
     if data is not None:
         roots.append(Path(data))
-    elif os.environ.get("ALFWORLD_DATA"):
-        roots.append(Path(os.environ["ALFWORLD_DATA"]))
     else:
-        roots.append(_REPO_DATA)
+        # Importing alfworld sets ALFWORLD_DATA to ~/.cache/alfworld when it was unset, so an
+        # ALFWORLD_DATA without games falls through to the repository's data folder.
+        if os.environ.get("ALFWORLD_DATA"):
+            roots.append(Path(os.environ["ALFWORLD_DATA"]))
+        if _REPO_DATA not in roots:
+            roots.append(_REPO_DATA)
     for root in roots:
         for cand in (root / "json_2.1.1" / split, root / split):
             if cand.is_dir():

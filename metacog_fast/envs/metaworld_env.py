@@ -54,8 +54,6 @@ STATE_DIM = 39
 ACTION_DIM = 4
 MAX_EPISODE_STEPS = 500
 
-# The scripted policies warn on every large proportional gain; the env clips anyway.
-warnings.filterwarnings("ignore", message=r"Constant\(s\) may be too high", module=r"metaworld\.policies")
 
 
 TASK_ALIASES = {"push-block": "push-back", "level-pull": "lever-pull"}
@@ -188,7 +186,11 @@ class MetaWorldEnv(Env):
 
     def expert(self) -> np.ndarray:
         """Meta-World's scripted policy action ``[4]`` (float32, clipped to [-1, 1]) for the current state."""
-        return np.clip(self._policy.get_action(self._state), -1.0, 1.0).astype(np.float32)
+        # The scripted policies warn on every large proportional gain; the action is clipped anyway.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Constant\(s\) may be too high")
+            action = self._policy.get_action(self._state)
+        return np.clip(action, -1.0, 1.0).astype(np.float32)
 
     def close(self) -> None:
         self.raw.close()
