@@ -1,0 +1,83 @@
+"""The ``metacog`` command: ``info`` report and an end-to-end ``demo`` with tiny counts."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from metacog_fast.cli.main import main
+
+
+def _run(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "metacog_fast", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_info_prints_the_report():
+    proc = _run("info")
+    assert proc.returncode == 0, proc.stderr
+    for word in ("Backends", "Versions", "Environments", "metaworld", "alfworld", "scienceworld", "torch"):
+        assert word in proc.stdout
+
+
+def test_info_json_has_backends_versions_and_env_probes(capsys):
+    assert main(["info", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    import metacog_fast
+
+    assert report["backends"]["torch"] == metacog_fast.backends()["torch"]
+    assert report["versions"]["python"]
+    names = {e["name"]: e for e in report["environments"]}
+    assert set(names) == {"metaworld", "alfworld", "scienceworld"}
+    for e in names.values():
+        assert isinstance(e["usable"], bool) and (e["usable"] or e["reason"])
+
+
+def test_demo_tiny_end_to_end_writes_valid_json(tmp_path):
+    out = tmp_path / "sub" / "demo.json"
+    proc = _run(
+        "demo", "--no-progress", "--out", str(out),
+        "--metaworld-tasks", "1", "--metaworld-steps", "150",
+        "--alfworld-games", "1",
+        "--scienceworld-tasks", "find-non-living-thing",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "metacog demo" in proc.stdout and f"wrote {out}" in proc.stdout
+    report = json.loads(out.read_text())
+    assert set(report["parts"]) == {"metaworld", "alfworld", "scienceworld"}
+    for name, part in report["parts"].items():
+        assert "error" not in part, (name, part)
+        assert part["n_episodes"] == 1 and part["success_rate"] == 1.0
+        assert part["steps_per_second"] > 0 and part["mean_reset_seconds"] > 0
+        assert part["episodes"][0]["success"] is True
+    assert report["parts"]["metaworld"]["episodes"][0]["steps"] == 150
+    assert report["parts"]["alfworld"]["cached_reset_seconds"] > 0
+    assert report["parts"]["scienceworld"]["episodes"][0]["score"] == 100.0
+    assert not list(out.parent.glob("*.tmp"))  # atomic write leaves no temp file
+
+
+def test_demo_reports_a_broken_part_and_keeps_the_others(tmp_path, capsys):
+    out = tmp_path / "demo.json"
+    rc = main(["demo", "--no-progress", "--parts", "metaworld,alfworld", "--out", str(out),
+               "--metaworld-tasks", "1", "--metaworld-steps", "20", "--alfworld-data", str(tmp_path / "none")])
+    assert rc == 1
+    report = json.loads(out.read_text())
+    assert "ALFWorld games not found" in report["parts"]["alfworld"]["error"]
+    assert report["parts"]["metaworld"]["n_episodes"] == 1
+
+
+def test_demo_rejects_unknown_parts_and_bad_counts(tmp_path, capsys):
+    assert main(["demo", "--parts", "chess", "--out", str(tmp_path / "x.json")]) == 2
+    assert "unknown ['chess']" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
+    with pytest.raises(SystemExit):
+        main(["demo", "--metaworld-tasks", "0"])
+    assert "expected an integer >= 1" in capsys.readouterr().err
+
+
+def test_console_script_entry_point():
+    from importlib.metadata import entry_points
+
+    eps = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
+    assert eps.get("metacog") == "metacog_fast.cli.main:main"
