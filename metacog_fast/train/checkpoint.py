@@ -1,0 +1,165 @@
+"""Checkpoints: ``<stem>.safetensors`` (model tensors, SPEC names for the RSSM under ``rssm.``,
+plus ``opt.*`` Adam state when saved for training) beside ``<stem>.json`` (the config and any
+metadata). Both written atomically (temp file + os.replace); the JSON is written last so a
+checkpoint is complete exactly when its JSON exists and names the tensor file's digest."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from metacog_fast.models.dreamer import Dreamer
+from metacog_fast.train.config import ProtocolConfig
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return out
+
+
+def _clean(o: Any) -> Any:
+    """NaN/Inf -> None (strict JSON), numpy scalars/arrays -> Python."""
+    if isinstance(o, dict):
+        return {str(k): _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    if isinstance(o, (float, np.floating)):
+        return float(o) if np.isfinite(o) else None
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.ndarray):
+        return _clean(o.tolist())
+    return o
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """JSON written atomically; NaN becomes null."""
+    text = json.dumps(_clean(obj), indent=2, sort_keys=True, allow_nan=False, default=_json_default)
+    return atomic_write_bytes(path, (text + "\n").encode())
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, tuple):
+        return list(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def save_checkpoint(stem: str | os.PathLike, model: Dreamer, cfg: ProtocolConfig, meta: dict[str, Any] | None = None,
+                    optimizer: bool = True) -> Path:
+    """Write ``stem.safetensors`` and ``stem.json``. Returns the JSON path."""
+    stem = Path(stem)
+    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
+    if optimizer:
+        tensors.update({f"opt.{k}": v for k, v in model.optimizer_tensors().items()})
+    st_path = stem.with_suffix(".safetensors")
+    st_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{st_path.name}.", dir=st_path.parent)
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata={"format": "metacog_fast.dreamer", "agent": cfg.agent})
+        os.replace(tmp, st_path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    doc = {"config": cfg.to_dict(), "meta": meta or {}, "tensors": st_path.name, "sha256": _digest(st_path)}
+    return atomic_write_json(stem.with_suffix(".json"), doc)
+
+
+def read_config(stem: str | os.PathLike) -> tuple[ProtocolConfig, dict[str, Any]]:
+    """The config and metadata of a checkpoint. ValueError on a missing or malformed JSON."""
+    jp = Path(stem).with_suffix(".json")
+    if not jp.exists():
+        raise ValueError(f"checkpoint: {jp} does not exist (expected <stem>.json beside <stem>.safetensors)")
+    try:
+        doc = json.loads(jp.read_text())
+        cfg = ProtocolConfig.from_dict(doc["config"])
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"checkpoint: {jp} is not a valid checkpoint JSON ({exc})") from exc
+    return cfg, doc
+
+
+def load_checkpoint(stem: str | os.PathLike, cfg: ProtocolConfig | None = None,
+                    optimizer: bool = True) -> tuple[Dreamer, ProtocolConfig, dict[str, Any]]:
+    """Rebuild the model (and its optimiser state) from a checkpoint. ``cfg`` overrides the saved
+    config's non-model fields (the model sizes always come from the checkpoint)."""
+    saved, doc = read_config(stem)
+    st_path = Path(stem).with_suffix(".safetensors")
+    if not st_path.exists():
+        raise ValueError(f"checkpoint: tensor file {st_path} is missing")
+    if doc.get("sha256") and _digest(st_path) != doc["sha256"]:
+        raise ValueError(f"checkpoint: {st_path} does not match the digest in its JSON (partial write?)")
+    use = cfg if cfg is not None else saved
+    mcfg = saved.model
+    mcfg.muse = use.model.muse
+    model = Dreamer(mcfg)
+    tensors = load_file(str(st_path))
+    sd = {k: v for k, v in tensors.items() if not k.startswith("opt.")}
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {st_path}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}")
+    if optimizer:
+        model.load_optimizer_tensors({k[4:]: v for k, v in tensors.items() if k.startswith("opt.")})
+    return model, use, doc.get("meta", {})
+
+
+def load_acting_weights(stem: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], ProtocolConfig]:
+    """(RSSM weights with SPEC names, encoder state_dict, config) as numpy, without building the model."""
+    cfg, _ = read_config(stem)
+    st_path = Path(stem).with_suffix(".safetensors")
+    tensors = load_file(str(st_path))
+    w = {k[5:]: v.numpy() for k, v in tensors.items() if k.startswith("rssm.")}
+    enc = {k[8:]: v.numpy() for k, v in tensors.items() if k.startswith("encoder.")}
+    if not w or not enc:
+        raise ValueError(f"checkpoint {st_path}: expected 'rssm.*' and 'encoder.*' tensors")
+    return w, enc, cfg
+
+
+def rng_state(rng: np.random.Generator) -> dict[str, Any]:
+    """JSON-able state of a numpy Generator (PCG64)."""
+    return rng.bit_generator.state
+
+
+def set_rng_state(rng: np.random.Generator, state: dict[str, Any]) -> None:
+    rng.bit_generator.state = state
+
+
+def torch_rng_bytes() -> list[int]:
+    return torch.get_rng_state().tolist()
+
+
+def set_torch_rng(state: list[int]) -> None:
+    torch.set_rng_state(torch.tensor(state, dtype=torch.uint8))

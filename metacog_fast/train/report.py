@@ -1,0 +1,173 @@
+"""Results of the Meta-World protocol: metrics per agent (SPEC §3), JSON/CSV per run, Table 1
+of paper 000 in the same form (markdown), the per-task steps-to-success bar chart (MUSE vs
+Dreamer, solved / unsolved) and the Type-2 ROC curve (PNG)."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from metacog_fast.metrics import (
+    auroc2,
+    mean_steps_to_success,
+    metacognitive_accuracy,
+    plot_type2_roc,
+    success_rate,
+    tasks_solved,
+)
+from metacog_fast.train.checkpoint import atomic_write_bytes, atomic_write_json
+from metacog_fast.train.config import ProtocolConfig
+from metacog_fast.train.runner import load_adaptation_steps, read_state
+
+
+def evaluate_run(run_dir: str | Path, cfg: ProtocolConfig) -> dict[str, Any]:
+    """Metrics of one finished (or partial) run from its adaptation episodes on disk."""
+    eps = load_adaptation_steps(run_dir, cfg.novel_tasks, cfg.model.N)
+    if not eps:
+        raise ValueError(f"run_dir: {run_dir} has no adaptation episodes yet")
+    tasks = [e["task"] for e in eps]
+    succ = np.array([e["success"] for e in eps])
+    per_task: dict[str, dict[str, Any]] = {}
+    for task in dict.fromkeys(tasks):
+        m = np.array([t == task for t in tasks])
+        ts = np.array([e["t_success"] for e in eps])[m]
+        s = succ[m]
+        per_task[task] = {
+            "episodes": int(m.sum()), "successes": int(s.sum()), "success_rate": float(s.mean()),
+            "solved": bool(s.any()),
+            "mean_steps_to_success": mean_steps_to_success(np.where(ts >= 0, ts, 0), s),
+        }
+    psi = np.concatenate([e["psi"] for e in eps])
+    labels = np.concatenate([e["labels"] for e in eps])
+    step_success = np.concatenate([np.full(e["psi"].shape[0], e["success"]) for e in eps])
+    out: dict[str, Any] = {
+        "agent": cfg.agent, "profile": cfg.profile, "sr_z": cfg.act.sr_z if cfg.agent == "muse" else None,
+        "episodes": len(eps), "tasks": len(per_task),
+        "tasks_solved": tasks_solved(succ, tasks), "success_rate": success_rate(succ, tasks),
+        "per_task": per_task, "steps_evaluated": int(psi.shape[0]),
+        "positive_label_fraction": float(labels.mean()), "successful_episode_fraction": float(succ.mean()),
+    }
+    # Self-assessment metrics are meaningful only for an agent that trains the SA head.
+    if cfg.model.muse:
+        out["metacognitive_accuracy"] = metacognitive_accuracy(psi.ravel(), labels.ravel())
+        if 0 < step_success.sum() < step_success.size:
+            out["auroc2"] = auroc2(psi.sum(-1), step_success)
+        else:
+            out["auroc2"] = float("nan")
+            out["auroc2_note"] = "undefined: every adaptation episode had the same outcome"
+    try:
+        st = read_state(run_dir)
+        out["wall_seconds"] = st.get("wall_seconds")
+        out["updates"] = st.get("updates")
+        out["env_steps"] = st.get("env_steps")
+        out["update_seconds"] = st.get("update_seconds")
+        out["env_seconds"] = st.get("env_seconds")
+        out["resumed"] = st.get("resumed")
+    except (OSError, ValueError, KeyError):
+        pass
+    out["_signal"] = (psi.sum(-1), step_success)
+    return out
+
+
+def _fmt(x: Any, pct: bool = False) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{100 * x:.0f}%" if pct else (f"{x:.2f}" if isinstance(x, float) else str(x))
+
+
+def table_markdown(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """Table 1 of paper 000 (MUSE self-assessment) in the same form, then the self-regulation
+    results of every agent."""
+    lines = ["Table 1: Self-assessment performance of the MUSE agent on novel tasks in the Meta-World environment.",
+             "", "| Method | Metric | Value |", "| --- | --- | --- |"]
+    for name, r in results.items():
+        if "metacognitive_accuracy" in r:
+            lines.append(f"| {name} | Metacognitive Accuracy | {_fmt(r['metacognitive_accuracy'], pct=True)} |")
+            lines.append(f"| {name} | AUROC2 | {_fmt(r['auroc2'])} |")
+    lines += ["", "Self-regulation on the novel tasks (adaptation episodes):", "",
+              "| Method | Tasks solved | Success rate | Episodes |", "| --- | --- | --- | --- |"]
+    for name, r in results.items():
+        lines.append(f"| {name} | {r['tasks_solved']}/{r['tasks']} | {_fmt(r['success_rate'], pct=True)} | {r['episodes']} |")
+    tasks = list(next(iter(results.values()))["per_task"])
+    lines += ["", "Mean steps to success per task (n/a = unsolved):", "",
+              "| Task | " + " | ".join(results) + " |", "|" + " --- |" * (len(results) + 1)]
+    for t in tasks:
+        row = [_fmt(results[n]["per_task"].get(t, {}).get("mean_steps_to_success")) for n in results]
+        lines.append(f"| {t} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def episodes_csv(run_dir: str | Path, cfg: ProtocolConfig) -> str:
+    buf = io.StringIO()
+    wr = csv.writer(buf)
+    wr.writerow(["agent", "task", "episode", "success", "t_success", "steps", "psi_sum_mean", "psi_sum_first"])
+    for e in load_adaptation_steps(run_dir, cfg.novel_tasks, cfg.model.N):
+        psum = e["psi"].sum(-1)
+        wr.writerow([cfg.agent, e["task"], e["episode"], e["success"], e["t_success"], e["steps"],
+                     f"{psum.mean():.4f}", f"{psum[0]:.4f}"])
+    return buf.getvalue()
+
+
+def plot_steps_bars(results: Mapping[str, Mapping[str, Any]], T_max: int, path: str | os.PathLike) -> Path:
+    """Grouped bars per task: mean steps to success per agent; unsolved tasks drawn as hatched
+    bars at T_max (as in the paper's Figure 5)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    names = list(results)
+    tasks = list(next(iter(results.values()))["per_task"])
+    fig = Figure(figsize=(max(6.0, 0.8 * len(tasks) + 2), 4.2))
+    ax = fig.add_subplot(1, 1, 1)
+    width = 0.8 / len(names)
+    x = np.arange(len(tasks))
+    for i, n in enumerate(names):
+        pt = results[n]["per_task"]
+        vals = [pt.get(t, {}).get("mean_steps_to_success", float("nan")) for t in tasks]
+        solved = [bool(pt.get(t, {}).get("solved")) for t in tasks]
+        h = [v if s and np.isfinite(v) else T_max for v, s in zip(vals, solved)]
+        bars = ax.bar(x + (i - (len(names) - 1) / 2) * width, h, width, label=n)
+        for b, s in zip(bars, solved):
+            if not s:
+                b.set_hatch("//")
+                b.set_alpha(0.35)
+    ax.axhline(T_max, ls="--", c="grey", lw=1)
+    ax.set_xticks(x)
+    ax.set_xticklabels([t.replace("-v3", "") for t in tasks], rotation=50, ha="right", fontsize=8)
+    ax.set_ylabel("mean steps to success (hatched: unsolved)")
+    ax.set_title("Novel tasks: steps to success")
+    ax.legend(loc="lower right", fontsize=8)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp.png")
+    fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+    os.replace(tmp, out)
+    return out
+
+
+def write_report(runs: Mapping[str, tuple[str | Path, ProtocolConfig]], out_dir: str | Path) -> dict[str, Any]:
+    """Evaluate each named run and write results.json, <name>.json, <name>_episodes.csv,
+    table1.md, steps_to_success.png and type2_roc_<name>.png into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, dict[str, Any]] = {}
+    T_max = 500
+    for name, (run_dir, cfg) in runs.items():
+        r = evaluate_run(run_dir, cfg)
+        signal, outcome = r.pop("_signal")
+        results[name] = r
+        T_max = cfg.max_episode_steps
+        atomic_write_json(out / f"{name}.json", r)
+        atomic_write_bytes(out / f"{name}_episodes.csv", episodes_csv(run_dir, cfg).encode())
+        if "auroc2" in r and np.isfinite(r["auroc2"]):
+            plot_type2_roc(signal, outcome, out / f"type2_roc_{name}.png", title=f"Type-2 ROC ({name})")
+    atomic_write_json(out / "results.json", results)
+    atomic_write_bytes(out / "table1.md", table_markdown(results).encode())
+    plot_steps_bars(results, T_max, out / "steps_to_success.png")
+    return results
