@@ -13,7 +13,13 @@ pytest.importorskip("textworld")
 
 from metacog_fast.envs import EnvSetupError, EpisodeFinishedError, make_env  # noqa: E402
 from metacog_fast.envs import alfworld_cache  # noqa: E402
-from metacog_fast.envs.alfworld_env import AlfWorldEnv, find_split_dir, list_games, task_type_of  # noqa: E402
+from metacog_fast.envs.alfworld_env import (  # noqa: E402
+    AlfWorldEnv,
+    find_split_dir,
+    list_games,
+    make_textworld_gym_env,
+    task_type_of,
+)
 
 try:
     GAMES = list_games("valid_seen")
@@ -48,6 +54,20 @@ def test_walkthrough_wins_and_protocol_fields(env):
     assert env.timings.steps >= steps and env.timings.step_seconds > 0
     with pytest.raises(EpisodeFinishedError):
         env.step("look")
+
+
+def test_same_observations_as_the_plain_textworld_gym_env(env):
+    raw = make_textworld_gym_env(GAMES[4])
+    raw_obs, raw_info = raw.reset()
+    obs, info = env.reset(game=4)
+    assert obs == raw_obs and info["admissible"] == raw_info["admissible_commands"]
+    for action in env.walkthrough:
+        raw_obs, raw_score, raw_done, raw_info = raw.step(action)
+        obs, score, done, info = env.step(action)
+        assert (obs, score, done) == (raw_obs, raw_score, raw_done)
+        assert info["admissible"] == raw_info["admissible_commands"] and info["won"] == raw_info["won"]
+    assert info["won"] is True
+    raw.close()
 
 
 def test_second_reset_hits_the_cache(env):

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("metaworld")
 
 from metacog_fast.envs import MT10_TASKS, NOVEL_TASKS, EpisodeFinishedError, make_env  # noqa: E402
-from metacog_fast.envs.metaworld_env import STATE_DIM, MetaWorldEnv, all_task_names  # noqa: E402
+from metacog_fast.envs.metaworld_env import STATE_DIM, MetaWorldEnv, all_task_names, make_raw  # noqa: E402
 
 
 def test_task_lists_are_real_metaworld_tasks():
@@ -48,10 +48,8 @@ def test_episode_ends_at_max_steps_without_success():
 
 def test_observation_matches_raw_metaworld_state():
     """The adapter's first 39 entries are exactly what the raw Meta-World env returns."""
-    from metaworld.env_dict import ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE
-
     env = MetaWorldEnv(task="drawer-close-v3", seed=3, randomize=False)
-    raw = ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE["drawer-close-v3-goal-observable"](seed=3)
+    raw = make_raw("drawer-close-v3", seed=3)
     obs, _ = env.reset()
     raw_obs, _ = raw.reset()
     np.testing.assert_allclose(obs[:STATE_DIM], raw_obs.astype(np.float32), rtol=0, atol=1e-6)

@@ -149,3 +149,12 @@ def install(disk_dir: str | os.PathLike[str] | None = None) -> TranslationCache:
     if disk_dir is not None:
         TRANSLATION_CACHE.set_disk_dir(disk_dir)
     return TRANSLATION_CACHE
+
+
+def uninstall() -> None:
+    """Give textworld its real ``fast_downward`` back (the memory cache keeps its entries)."""
+    from textworld.envs.pddl import logic as pddl_logic
+
+    current = getattr(pddl_logic, "fast_downward", None)
+    if isinstance(current, _CachingFastDownward):
+        pddl_logic.fast_downward = current._real

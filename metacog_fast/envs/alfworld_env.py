@@ -101,6 +101,20 @@ def _task_text(observation: str) -> str:
     return observation[i + len(marker):].strip() if i >= 0 else ""
 
 
+def make_textworld_gym_env(gamefile: str | os.PathLike[str], max_episode_steps: int = 50) -> Any:
+    """The plain textworld gym env of one game, exactly as the data README runs it (no cache of
+    loaded games; reset re-parses): the anchor for tests and benchmarks."""
+    import textworld
+    import textworld.gym
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+
+    infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
+    env_id = textworld.gym.register_games(
+        [str(gamefile)], infos, max_episode_steps=max_episode_steps, wrappers=[AlfredDemangler(), AlfredInfos]
+    )
+    return textworld.gym.make(env_id)
+
+
 @dataclass
 class AlfWorldConfig:
     """Options of :class:`AlfWorldEnv` (``make_env("alfworld", **options)``)."""

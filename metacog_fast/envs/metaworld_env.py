@@ -73,6 +73,13 @@ def all_task_names() -> list[str]:
     return list(ALL_V3_ENVIRONMENTS)
 
 
+def make_raw(task: str, seed: int | None = 0) -> Any:
+    """The raw Meta-World env the adapter wraps (goal observable, 39-d state): the anchor for tests and benchmarks."""
+    from metaworld.env_dict import ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE
+
+    return ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE[f"{_canonical(task)}-goal-observable"](seed=seed)
+
+
 @dataclass
 class MetaWorldConfig:
     """Options of :class:`MetaWorldEnv` (``make_env("metaworld", **options)``)."""
@@ -102,7 +109,6 @@ class MetaWorldEnv(Env):
         super().__init__()
         cfg = config or MetaWorldConfig(**options)
         try:
-            from metaworld.env_dict import ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE
             from metaworld.policies import ENV_POLICY_MAP
         except ImportError as exc:  # pragma: no cover - depends on the install
             from metacog_fast.envs.base import EnvSetupError
@@ -125,7 +131,7 @@ class MetaWorldEnv(Env):
         self.config = cfg
         self.task = task
         self.one_hot_tasks = one_hot_tasks
-        self.raw = ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE[f"{task}-goal-observable"](seed=cfg.seed)
+        self.raw = make_raw(task, cfg.seed)
         # The goal-observable class freezes the layout drawn at construction; unfreeze it for
         # domain randomisation and draw from the env's own seeded generator (reproducible).
         self.raw._freeze_rand_vec = not cfg.randomize
