@@ -148,7 +148,8 @@ def check_tensor(x: torch.Tensor, name: str, shape: tuple[int, ...], device: tor
     return x.contiguous()
 
 
-def _weights(w: Mapping[str, torch.Tensor], names: list[str], device: torch.device) -> list[torch.Tensor]:
+def weights_on(w: Mapping[str, torch.Tensor], names: list[str], device: torch.device) -> list[torch.Tensor]:
+    """``w[name]`` for each name, checked float32 on ``device`` (contiguous); raises naming the weight."""
     out = []
     for n in names:
         if n not in w:
@@ -604,7 +605,7 @@ def _split_u(u: torch.Tensor, name: str, lead: tuple[int, ...], Z: int) -> tuple
 
 
 def _img_weights(w, device, head: str):
-    return _weights(w, ["img_in.w", "img_in.b", "img_in.ln.g", "img_in.ln.b", "gru.w", "gru.ln.g", "gru.ln.b",
+    return weights_on(w, ["img_in.w", "img_in.b", "img_in.ln.g", "img_in.ln.b", "gru.w", "gru.ln.g", "gru.ln.b",
                         f"{head}_out.w", f"{head}_out.b", f"{head}_out.ln.g", f"{head}_out.ln.b",
                         f"{head}_logits.w", f"{head}_logits.b"], device)
 
@@ -739,7 +740,7 @@ def self_regulate(w: Mapping[str, torch.Tensor], h: torch.Tensor, z: torch.Tenso
     BB = _block_b(B)
     _self_regulate_kernel[(triton.cdiv(B, BB),)](
         h, z, eps, float(beta), a_t, h_next, tr,
-        *_weights(w, ["img_in.w", "img_in.b", "img_in.ln.g", "img_in.ln.b", "gru.w", "gru.ln.g", "gru.ln.b"], dev),
+        *weights_on(w, ["img_in.w", "img_in.b", "img_in.ln.g", "img_in.ln.b", "gru.w", "gru.ln.g", "gru.ln.b"], dev),
         *_mlp_args(packed(w, "actor")), *_mlp_args(packed(w, "sa")),
         ws["st"], ws["act"], ws["n"], ws["r"], ws["gx"], ws["gy"], ws["gr"], ws["ao"], ws["xs"], ws["gs"], ws["ps"],
         H, dims.L, B, dims.D, dims.Hd, dims.Z, dims.A, dims.N, TRACE=bool(trace),
