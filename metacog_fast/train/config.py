@@ -154,8 +154,8 @@ def profile(name: str, agent: str = "muse", **overrides: Any) -> ProtocolConfig:
     elif name == "cpu":
         cfg = ProtocolConfig(
             profile="cpu", agent=agent, max_episode_steps=150, pretrain_episodes=10,
-            pretrain_updates_per_episode=20, pretrain_warmup_updates=300, adapt_episodes=20,
-            adapt_updates_per_episode=3, batch=8, seq_len=32, ac_starts=128,
+            pretrain_updates_per_episode=15, pretrain_warmup_updates=200, adapt_episodes=20,
+            adapt_updates_per_episode=2, batch=8, seq_len=32, ac_starts=128,
             scripted=ScriptedConfig(episodes_per_task=6), checkpoint_every=5,
             model=DreamerConfig(wm_lr=3e-4, ac_lr=1e-4),
         )
