@@ -397,7 +397,9 @@ def _begin(
     if be == "cpu":
         device = "cpu"
     elif be in ("cuda", "triton"):
-        device = ref.device if on_gpu else _torch().device("cuda")
+        # triton on CPU tensors runs under TRITON_INTERPRET=1; numpy inputs go to the GPU when there is one
+        torch = _torch()
+        device = ref.device if as_torch else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     else:
         device = ref.device if as_torch else "cpu"
     prep = _prepare(w, classes, be, precision, device)
