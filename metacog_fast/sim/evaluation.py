@@ -1,0 +1,106 @@
+"""End-of-run evaluation: interviews of the agents and an LLM-as-judge over the
+five criteria of paper 001, with every prompt and score saved.
+
+Interview answers: ``text`` questions are answered by a short completion from
+memories retrieved for the question; ``agents`` by ``choose`` over the other
+agents' names (lettered list); ``scale`` by a 1-10 rating; ``yesno`` by
+``choose`` over yes/no. The judge reads a transcript of the run (scenario,
+metrics, sampled conversations, meta thoughts, goals and interview answers) and
+rates each criterion 1-10 by ``choose`` over the ten numbers; the logprobs of
+all ten are saved with the score.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from metacog_fast.agents import generative_prompts as P
+from metacog_fast.llm import BudgetExhausted
+from metacog_fast.sim.llm_adapter import RATINGS
+
+CRITERIA: dict[str, str] = {
+    "believability": "How believable and human-sounding are the agents' conversations and actions?",
+    "learning": "Do the agents learn over time (new places, people, facts, and lessons from events)?",
+    "goal_performance": "How well do the agents achieve their individual goals?",
+    "higher_cognition": "Do the agents' observations and conversations turn into higher-level thoughts, "
+                        "insights and strategies?",
+    "scenario_performance": "How well did the agents do in the scenario itself (for a zombie apocalypse: how many "
+                            "survived; for a party: how many attended; for a murder mystery: was the culprit named)?",
+}
+"""The five criteria (paper 001 §5)."""
+
+
+def interview(sim: Any) -> list[dict[str, Any]]:
+    """Ask every scenario interview question to its agents (living ones; the dead cannot answer)."""
+    out: list[dict[str, Any]] = []
+    llm = sim.llm
+    llm.max_calls = None  # the interview is outside the run's call budget
+    names = [a.name for a in sim.agents]
+    for q in sim.sc.interview_questions:
+        for a in sim.agents:
+            if not a.alive or (q.agents and a.name not in q.agents):
+                continue
+            mem = sim.memory.retrieve_text(a.name, [q.question], sim.cfg.agent.retrieve_k, sim.now())[0] \
+                if sim.cfg.features.memory else []
+            prompt = P.interview(a.head(sim.sc.description), a.name, q.question, mem)
+            try:
+                if q.answer == "agents":
+                    others = [n for n in names if n != a.name]
+                    i = llm.choose(f"{prompt}\nPeople:\n{P.lettered(others)}\n{a.name} answers option",
+                                   P.letter_options(len(others)), "interview")
+                    ans: Any = others[i]
+                elif q.answer == "scale":
+                    ans = llm.rate(f"{prompt} On a scale of 1 to 10, my answer is", "interview")
+                elif q.answer == "yesno":
+                    ans = ["yes", "no"][llm.choose(prompt, [" yes", " no"], "interview")]
+                else:
+                    ans = llm.text(prompt, "interview", max_tokens=sim.cfg.agent.answer_tokens)
+            except BudgetExhausted:
+                ans = None
+            out.append({"agent": a.name, "question": q.question, "answer_type": q.answer, "answer": ans,
+                        "memories": mem})
+    return out
+
+
+def culprit_named(answers: list[dict[str, Any]], murderer: str) -> dict[str, Any]:
+    """Mystery metric: who named the murderer in the ``agents`` interview question."""
+    named = [x for x in answers if x["answer_type"] == "agents" and x["agent"] != murderer]
+    right = [x["agent"] for x in named if x["answer"] == murderer]
+    return {"asked": len(named), "named_culprit": right, "rate": len(right) / len(named) if named else 0.0}
+
+
+def transcript(run: dict[str, Any], answers: list[dict[str, Any]], max_lines: int = 6) -> str:
+    """A short text summary of a run for the judge."""
+    m = run["metrics"]
+    lines = [f"Scenario: {run['scenario']['description']}",
+             f"Agents: {m['agents']}, alive at the end: {m['alive']} after {m['steps']} steps."]
+    if "attendance_rate" in m:
+        lines.append(f"Party attendance: {len(m['attendance'])} of {m['agents'] - 1} guests.")
+    if "culprit" in m:
+        lines.append(f"Culprit named by {len(m['culprit']['named_culprit'])} of {m['culprit']['asked']} asked.")
+    talk = [e["text"] for e in run["log"] if e["kind"] == "talk"][:max_lines]
+    lines += ["Conversations:"] + [f"- {t}" for t in talk or ["(none)"]]
+    thoughts = [f"{a['name']}: {e['text']}" for a in run["agents"] for e in a["timeline"]
+                if e["kind"] in ("meta", "reflection", "strategy", "goal")][:max_lines]
+    lines += ["Thoughts:"] + [f"- {t}" for t in thoughts or ["(none)"]]
+    lines += ["Goals at the end:"] + [f"- {a['name']}: {a['goal'] or 'none'}" for a in run["agents"]]
+    ia = [f"{x['agent']} to '{x['question']}': {x['answer']}" for x in answers][:max_lines]
+    lines += ["Interview:"] + [f"- {t}" for t in ia or ["(none)"]]
+    return "\n".join(lines)
+
+
+def judge(llm: Any, run: dict[str, Any], answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Scores 1-10 per criterion with the prompts and the ten rating logprobs."""
+    llm.max_calls = None
+    text = transcript(run, answers)
+    out: dict[str, Any] = {}
+    for key, question in CRITERIA.items():
+        prompt = (f"You are a strict judge of a simulation of generative agents.\n{text}\n"
+                  f"Criterion: {question}\nScore from 1 (very poor) to 10 (excellent):")
+        try:
+            res = llm.choice(prompt, RATINGS, "judge")
+            out[key] = {"score": res.index + 1, "prompt": prompt, "logprobs": [round(x, 4) for x in res.logprobs]}
+        except BudgetExhausted:
+            out[key] = {"score": None, "prompt": prompt, "logprobs": None}
+    scores = [v["score"] for v in out.values() if v["score"] is not None]
+    out["mean"] = sum(scores) / len(scores) if scores else None
+    return out

@@ -1,0 +1,139 @@
+"""The simulation's view of an LLM backend (:mod:`metacog_fast.llm`): serialised
+access to the embedded model, thread-safe per-run accounting, a per-run call
+budget, and robust helpers for ratings, choices and short texts."""
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from metacog_fast.llm import BudgetExhausted
+
+RATINGS = [f" {i}" for i in range(1, 11)]
+
+
+class StepCancelled(RuntimeError):
+    """Raised inside an agent's step job once the step's time budget has passed."""
+
+
+@dataclass
+class LLMCost:
+    """What one run spent on the LLM."""
+
+    calls: int = 0
+    """Calls made (``choose`` and ``complete``)."""
+    prompt_tokens: int = 0
+    """Prompt tokens (for choose: prompt plus options)."""
+    completion_tokens: int = 0
+    """Generated tokens."""
+    seconds: float = 0.0
+    """Wall time inside the backend (summed over threads)."""
+    by_purpose: dict[str, int] = field(default_factory=dict)
+    """Calls per purpose (action, importance, progress, meta, reflection, talk, interview, judge...)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"calls": self.calls, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "seconds": round(self.seconds, 3), "by_purpose": dict(sorted(self.by_purpose.items()))}
+
+
+class SimLLM:
+    """Thread-safe wrapper of an :class:`metacog_fast.llm.LLM`.
+
+    ``serial=True`` (the embedded llama.cpp backend, which is not thread-safe) puts every
+    call behind one lock; HTTP backends run calls from several threads at once.
+    ``max_calls`` bounds the calls of one run (``None`` = unlimited); past it, calls raise
+    :class:`~metacog_fast.llm.BudgetExhausted` and agents fall back to their current plan.
+    """
+
+    def __init__(self, llm: Any, *, serial: bool | None = None, max_calls: int | None = None) -> None:
+        self.llm = llm
+        uri = str(getattr(llm, "uri", ""))
+        self.serial = (not uri.startswith(("http://", "https://"))) if serial is None else serial
+        self.max_calls = max_calls
+        self.cost = LLMCost()
+        self._call_lock = threading.Lock()
+        self._acct = threading.Lock()
+
+    def reset(self, max_calls: int | None = None) -> None:
+        """Start a new run's accounting."""
+        self.cost = LLMCost()
+        self.max_calls = max_calls
+
+    @property
+    def exhausted(self) -> bool:
+        return self.max_calls is not None and self.cost.calls >= self.max_calls
+
+    def _before(self, cancel: threading.Event | None) -> None:
+        if cancel is not None and cancel.is_set():
+            raise StepCancelled("step time budget passed")
+        if self.exhausted:
+            raise BudgetExhausted(f"sim LLM call budget spent: {self.cost.calls} calls, max_calls={self.max_calls}")
+
+    def _account(self, purpose: str, prompt_tokens: int, completion_tokens: int, seconds: float) -> None:
+        with self._acct:
+            c = self.cost
+            c.calls += 1
+            c.prompt_tokens += int(prompt_tokens or 0)
+            c.completion_tokens += int(completion_tokens or 0)
+            c.seconds += seconds
+            c.by_purpose[purpose] = c.by_purpose.get(purpose, 0) + 1
+
+    def choose(self, prompt: str, options: list[str], purpose: str, cancel: threading.Event | None = None) -> int:
+        """Index of the most likely option (``LLM.choose``)."""
+        return int(self.choice(prompt, options, purpose, cancel).index)
+
+    def choice(self, prompt: str, options: list[str], purpose: str, cancel: threading.Event | None = None) -> Any:
+        """``LLM.choose`` result (index and every option's logprob), accounted."""
+        self._before(cancel)
+        t0 = time.perf_counter()
+        if self.serial:
+            with self._call_lock:
+                self._before(cancel)
+                res = self.llm.choose(prompt, options)
+                tokens = _last_prompt_tokens(self.llm)
+        else:
+            res = self.llm.choose(prompt, options)
+            tokens = _last_prompt_tokens(self.llm)  # approximate under concurrency
+        self._account(purpose, tokens, 0, time.perf_counter() - t0)
+        return res
+
+    def rate(self, prompt: str, purpose: str, cancel: threading.Event | None = None) -> int:
+        """A 1-10 rating: the most likely of the ten number continuations of ``prompt``."""
+        return self.choose(prompt, RATINGS, purpose, cancel) + 1
+
+    def text(self, prompt: str, purpose: str, max_tokens: int = 32, stop: list[str] | None = None,
+             cancel: threading.Event | None = None, temperature: float = 0.0, seed: int | None = None) -> str:
+        """A short completion, cleaned to one line (may be empty when the model says nothing usable)."""
+        self._before(cancel)
+        t0 = time.perf_counter()
+        # Small models often open with a newline: stop only at a blank line (or the caller's
+        # non-newline stops) and keep the first non-empty line.
+        stops = [s for s in (stop or []) if s != "\n"] + ["\n\n"]
+        kw = dict(max_tokens=max_tokens, stop=stops, temperature=temperature, seed=seed)
+        if self.serial:
+            with self._call_lock:
+                self._before(cancel)
+                out = self.llm.complete(prompt, **kw)
+        else:
+            out = self.llm.complete(prompt, **kw)
+        c = out[0]
+        self._account(purpose, c.prompt_tokens, c.completion_tokens or 0, time.perf_counter() - t0)
+        return clean_line(c.text)
+
+
+def _last_prompt_tokens(llm: Any) -> int:
+    hist = getattr(llm, "history", None)
+    return int(hist[-1].prompt_tokens) if hist else 0
+
+
+_WS = re.compile(r"\s+")
+
+
+def clean_line(text: str, limit: int = 200) -> str:
+    """First line of ``text``, whitespace collapsed, quotes and list markers stripped, at most ``limit`` chars."""
+    t = next((ln for ln in text.split("\n") if ln.strip(" \t:-*\"")), "")
+    t = _WS.sub(" ", t).strip().strip('"').strip()
+    t = re.sub(r"^(\d+[.)]|[-*•:])\s*", "", t).strip()
+    return t[:limit].strip()

@@ -1,0 +1,169 @@
+"""One run end to end (simulate, interview, judge, save run.json + evaluation.json +
+viewer.html) and the ablation over module sets (3 runs per configuration)."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from metacog_fast.agents.generative import AgentConfig, Features
+from metacog_fast.sim.engine import SimConfig, Simulation, write_json
+from metacog_fast.sim.evaluation import CRITERIA, culprit_named, interview, judge
+from metacog_fast.sim.llm_adapter import SimLLM
+from metacog_fast.sim.loader import load_scenario
+from metacog_fast.sim.viewer import write_viewer
+
+CONFIGS: dict[str, Features] = {
+    "all": Features(True, True, True, True),
+    "no_metacognition": Features(True, True, True, False),
+    "memory_only": Features(True, False, False, False),
+    "no_memory": Features(False, False, False, True),
+    "none": Features(False, False, False, False),
+}
+"""Named module sets for the ablation (paper 001 Figure 5)."""
+DEFAULT_ABLATION = ("all", "no_metacognition", "memory_only")
+
+
+@dataclass
+class RunOptions:
+    """What to simulate."""
+
+    scenario: str = "zombie"
+    """Built-in name (zombie, party, mystery) or a scenario .json path."""
+    world: str | None = None
+    """Built-in world name or path (None = the scenario's)."""
+    agents: int | None = None
+    """Number of agents (None = the scenario's num_agents)."""
+    steps: int | None = None
+    """Steps (None = the scenario's)."""
+    seed: int | None = None
+    """Seed (None = the scenario's)."""
+    step_budget: float | None = None
+    """Seconds per step for the thinking phase (None = unlimited)."""
+    max_llm_calls: int | None = None
+    """LLM calls per run (None = unlimited)."""
+    judge: bool = True
+    """Run interviews and the LLM judge after the simulation."""
+
+
+def open_resources(llm_uri: str | None = None, n_threads: int | None = None) -> tuple[SimLLM, Any]:
+    """The LLM (``metacog_fast.llm.open_llm``) and the MiniLM encoder (offline)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from metacog_fast.llm import open_llm
+    from metacog_fast.scoring.encoder import MiniLMEncoder
+
+    opts = {"n_threads": n_threads} if n_threads and (llm_uri is None or llm_uri.startswith("llama-cpp")) else {}
+    return SimLLM(open_llm(llm_uri, **opts)), MiniLMEncoder()
+
+
+def run_once(opts: RunOptions, features: Features, out_dir: str, llm: SimLLM, encoder: Any,
+             agent_config: AgentConfig | None = None, progress: Any = None) -> dict[str, Any]:
+    """Simulate one run and evaluate it; returns the summary (also written to ``summary.json``)."""
+    sc = load_scenario(opts.scenario, opts.world, seed=opts.seed, n_agents=opts.agents, steps=opts.steps)
+    cfg = SimConfig(features=features, agent=agent_config or AgentConfig(), step_budget=opts.step_budget,
+                    max_llm_calls=opts.max_llm_calls)
+    t0 = time.perf_counter()
+    sim = Simulation(sc, llm, encoder, out_dir, cfg)
+    try:
+        sim.run(progress=progress)
+        sim_seconds = time.perf_counter() - t0
+        run_cost = llm.cost.as_dict()
+        answers = interview(sim) if opts.judge else []
+        metrics = sim.metrics()
+        metrics["llm_cost"] = run_cost
+        if sc.rules["type"] == "mystery":
+            metrics["culprit"] = culprit_named(answers, sc.rules["murderer"])
+        path = sim.save(extra={"interviews": answers})
+    finally:
+        sim.close()
+    with open(path, encoding="utf-8") as f:
+        run = json.load(f)
+    run["metrics"] = metrics
+    write_json(path, run)
+    evaluation: dict[str, Any] = {"interviews": answers}
+    if opts.judge:
+        evaluation["judge"] = judge(llm, run, answers)
+    write_json(os.path.join(out_dir, "evaluation.json"), evaluation)
+    write_viewer(run, os.path.join(out_dir, "viewer.html"))
+    summary = {
+        "scenario": sc.name, "features": features.label(), "seed": sc.seed, "agents": len(sc.agents),
+        "steps": metrics["steps"], "metrics": metrics, "sim_seconds": round(sim_seconds, 2),
+        "judge": {k: v["score"] for k, v in evaluation.get("judge", {}).items() if k != "mean"},
+        "judge_mean": evaluation.get("judge", {}).get("mean"),
+        "eval_cost": {k: v - run_cost.get(k, 0) for k, v in llm.cost.as_dict().items() if isinstance(v, (int, float))},
+    }
+    write_json(os.path.join(out_dir, "summary.json"), summary)
+    return summary
+
+
+def ablate(opts: RunOptions, out_dir: str, llm: SimLLM, encoder: Any, configs: tuple[str, ...] = DEFAULT_ABLATION,
+           runs: int = 3, agent_config: AgentConfig | None = None, log: Any = print) -> dict[str, Any]:
+    """``runs`` runs (seeds seed, seed+1, ...) of each named configuration; writes ablation.json/.md."""
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        raise ValueError(f"configs: unknown {unknown}; known: {sorted(CONFIGS)}")
+    if runs < 1:
+        raise ValueError(f"runs: expected >= 1, got {runs}")
+    base_seed = opts.seed if opts.seed is not None else load_scenario(opts.scenario, opts.world, n_agents=1).seed
+    results: dict[str, list[dict[str, Any]]] = {}
+    for name in configs:
+        for r in range(runs):
+            o = replace(opts, seed=base_seed + r)
+            d = os.path.join(out_dir, f"{name}_run{r}")
+            t0 = time.perf_counter()
+            s = run_once(o, CONFIGS[name], d, llm, encoder, agent_config)
+            log(f"[ablate] {name} run {r}: alive {s['metrics']['alive']}/{s['agents']}, judge {s['judge_mean']}, "
+                f"LLM calls {s['metrics']['llm_cost']['calls']}, {time.perf_counter() - t0:.0f} s")
+            results.setdefault(name, []).append(s)
+    table = {name: aggregate(rs) for name, rs in results.items()}
+    doc = {"scenario": opts.scenario, "agents": opts.agents, "steps": opts.steps, "runs": runs,
+           "configs": {n: CONFIGS[n].label() for n in configs}, "table": table, "runs_detail": results}
+    write_json(os.path.join(out_dir, "ablation.json"), doc)
+    md = markdown_table(doc)
+    tmp = os.path.join(out_dir, "ablation.md.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(md)
+    os.replace(tmp, os.path.join(out_dir, "ablation.md"))
+    return doc
+
+
+def _ms(xs: list[float]) -> dict[str, float]:
+    return {"mean": round(statistics.fmean(xs), 3), "std": round(statistics.pstdev(xs), 3) if len(xs) > 1 else 0.0}
+
+
+def aggregate(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and std over runs of the scenario metric, judge scores and LLM cost."""
+    out: dict[str, Any] = {"runs": len(rs)}
+    m0 = rs[0]["metrics"]
+    for key in ("survival_rate", "attendance_rate"):
+        if key in m0:
+            out[key] = _ms([r["metrics"][key] for r in rs])
+    if "culprit" in m0:
+        out["culprit_rate"] = _ms([r["metrics"]["culprit"]["rate"] for r in rs])
+    for c in CRITERIA:
+        vals = [r["judge"].get(c) for r in rs if r["judge"].get(c) is not None]
+        if vals:
+            out[f"judge_{c}"] = _ms(vals)
+    jm = [r["judge_mean"] for r in rs if r["judge_mean"] is not None]
+    if jm:
+        out["judge_mean"] = _ms(jm)
+    out["llm_calls"] = _ms([r["metrics"]["llm_cost"]["calls"] for r in rs])
+    out["llm_tokens"] = _ms([r["metrics"]["llm_cost"]["prompt_tokens"] + r["metrics"]["llm_cost"]["completion_tokens"]
+                             for r in rs])
+    out["llm_seconds"] = _ms([r["metrics"]["llm_cost"]["seconds"] for r in rs])
+    out["meta_cognize_runs"] = _ms([r["metrics"]["meta_cognize_runs"] for r in rs])
+    out["sim_seconds"] = _ms([r["sim_seconds"] for r in rs])
+    return out
+
+
+def markdown_table(doc: dict[str, Any]) -> str:
+    cols = [k for k in next(iter(doc["table"].values())) if k != "runs"]
+    lines = [f"# Ablation: {doc['scenario']} ({doc['agents']} agents, {doc['steps']} steps, {doc['runs']} runs each)", "",
+             "| config | modules | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for name, row in doc["table"].items():
+        cells = [f"{row[c]['mean']:.3g} ± {row[c]['std']:.2g}" if c in row else "-" for c in cols]
+        lines.append(f"| {name} | {doc['configs'][name]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
