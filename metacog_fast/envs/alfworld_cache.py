@@ -158,6 +158,10 @@ class TextgenParseCache:
         self._templates: dict[Any, Any] = {}
         self._queries: dict[str, Any] = {}
 
+    def clear(self) -> None:
+        self._templates.clear()
+        self._queries.clear()
+
     def parse_and_convert(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("trace"):  # TW_CSG_TRACE debugging wants the real parser's trace
             return self.real_parse(*args, **kwargs)
@@ -238,6 +242,13 @@ def uninstall() -> None:
     if TEXTGEN_CACHE is not None and isinstance(textgen.Rule, _RuleProxy):
         textgen._parse_and_convert = TEXTGEN_CACHE.real_parse
         textgen.Rule = TEXTGEN_CACHE.real_rule
+
+
+def clear() -> None:
+    """Empty the in-memory caches (the disk folder is left alone)."""
+    TRANSLATION_CACHE.clear()
+    if TEXTGEN_CACHE is not None:
+        TEXTGEN_CACHE.clear()
 
 
 def is_installed() -> bool:
