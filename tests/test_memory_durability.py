@@ -194,3 +194,14 @@ def test_concurrent_readers_during_writes(tmp_path):
     exact = s.retrieve(q, 10, 1e3, touch=False, exact=True)
     assert np.mean([len(set(a[0]) & set(b[0])) / 10 for a, b in zip(fast, exact)]) >= 0.95
     s.close()
+
+
+def test_leftover_temp_files_removed(tmp_path):
+    path = str(tmp_path / "m.db")
+    _make(path, n=50)
+    for p in (path + ".hnsw.tmp-999999", path + ".hnsw.json.tmp-999999"):
+        open(p, "wb").write(b"half a save")
+    with MemoryStore.open(path, dim=D) as s:
+        assert s.open_report["index"] == "loaded" and len(s) == 50
+    assert sorted(os.listdir(tmp_path)) == ["m.db", "m.db-shm", "m.db-wal", "m.db.hnsw", "m.db.hnsw.json"] or \
+        not any(".tmp-" in f for f in os.listdir(tmp_path))

@@ -295,3 +295,18 @@ def test_config_validation():
         MemoryConfig(synchronous="SOMETIMES")
     with pytest.raises(ValueError, match="dim"):
         MemoryConfig(dim=0)
+
+
+def test_torch_backend_store_agrees(tmp_path):
+    rng = np.random.default_rng(12)
+    emb = _unit(rng, 700)
+    args = (emb, rng.integers(1, 11, 700), rng.uniform(0, NOW, 700), "a", "obs")
+    q = _unit(rng, 4)
+    out = []
+    for be in ("cpu", "torch"):
+        with MemoryStore.open(tmp_path / f"{be}.db", dim=D, exact_below=32, backend=be) as s:
+            s.add(*args)
+            out.append(s.retrieve(q, 10, NOW, touch=False))
+    for (a, sa), (b, sb) in zip(*out):
+        assert a.tolist() == b.tolist()
+        np.testing.assert_allclose(sa, sb, atol=1e-5)

@@ -74,9 +74,8 @@ class BucketLists:
         if len(rows) == 0:
             return
         t = self.table
-        imp = t.importance[rows]
-        b = bucket_of(imp)
-        np.maximum.at(self.hi, b, imp.astype(np.float64))
+        b = t.bucket[rows].astype(np.int64)
+        np.maximum.at(self.hi, b, t.importance[rows].astype(np.float64))
         la = t.last_access[rows]
         ag = t.agent[rows].astype(np.int64)
         key = b * (1 << 32) + (ag + 1)
@@ -94,9 +93,10 @@ class BucketLists:
                     lst = self.lists[(owner, bb)] = _List()
                 lst.append(la[idx], rows[idx])
 
-    def _valid(self, owner: int, b: int, la: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def _valid(self, owner: int, bucket: np.ndarray | int, la: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        # A forgotten row has bucket -1; a changed last_access or importance left a newer entry.
         t = self.table
-        ok = (t.row_id[rows] >= 0) & (t.last_access[rows] == la) & (bucket_of(t.importance[rows]) == b)
+        ok = (t.last_access[rows] == la) & (t.bucket[rows] == bucket)
         if owner != ANY_AGENT:
             ok &= t.agent[rows] == owner
         return ok
@@ -117,39 +117,38 @@ class BucketLists:
             lst.sorted = True
         return lst
 
-    def head(self, owner: int, m: int) -> np.ndarray:
-        """Up to ``m`` most recent valid rows of every bucket of ``owner`` (concatenated)."""
-        out = []
+    def _gather(self, owner: int, lo_of) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Concatenate the tails lst[lo_of(b, lst):] of every bucket; returns valid (la, rows, bucket)."""
+        las, rws, bks = [], [], []
         for b in range(N_BUCKETS):
             lst = self._ready(owner, b)
             if lst is None:
                 continue
-            lo = max(0, lst.n - 2 * m)
-            la, rows = lst.la[lo: lst.n], lst.rows[lo: lst.n]
-            rows = rows[self._valid(owner, b, la, rows)]
-            out.append(rows[-m:])
-        return np.concatenate(out) if out else np.empty(0, np.int64)
+            lo = lo_of(b, lst)
+            if lo >= lst.n:
+                continue
+            las.append(lst.la[lo: lst.n])
+            rws.append(lst.rows[lo: lst.n])
+            bks.append(np.full(lst.n - lo, b, np.int8))
+        if not rws:
+            e = np.empty(0, np.int64)
+            return e.astype(np.float64), e, e.astype(np.int8)
+        la, rows, bucket = np.concatenate(las), np.concatenate(rws), np.concatenate(bks)
+        ok = self._valid(owner, bucket, la, rows)
+        return la[ok], rows[ok], bucket[ok]
+
+    def head(self, owner: int, m: int) -> np.ndarray:
+        """The most recent valid rows of every bucket of ``owner`` (about ``m`` per bucket)."""
+        return self._gather(owner, lambda b, lst: max(0, lst.n - m))[1]
 
     def suffixes(self, owner: int, la_min: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Union over buckets of the valid entries with la >= min over queries of
-        ``la_min`` [Q, N_BUCKETS]; returns (rows [U], the bucket's per-query la_min
-        test as a bool mask [Q, U])."""
-        rows_out, mask_out = [], []
-        for b in range(N_BUCKETS):
-            lst = self._ready(owner, b)
-            if lst is None:
-                continue
-            lo = int(np.searchsorted(lst.la[: lst.n], la_min[:, b].min(), side="left"))
-            if lo >= lst.n:
-                continue
-            la, rows = lst.la[lo: lst.n], lst.rows[lo: lst.n]
-            ok = self._valid(owner, b, la, rows)
-            la, rows = la[ok], rows[ok]
-            rows_out.append(rows)
-            mask_out.append(la[None, :] >= la_min[:, b: b + 1])
-        if not rows_out:
-            return np.empty(0, np.int64), np.zeros((la_min.shape[0], 0), bool)
-        return np.concatenate(rows_out), np.concatenate(mask_out, axis=1)
+        ``la_min`` [Q, N_BUCKETS]; returns (rows [U], per-query test la >= la_min[q, bucket]
+        as a bool mask [Q, U])."""
+        lo_all = la_min.min(axis=0)
+        la, rows, bucket = self._gather(
+            owner, lambda b, lst: int(lst.la[: lst.n].searchsorted(lo_all[b], side="left")))
+        return rows, la[None, :] >= la_min[:, bucket.astype(np.int64)]
 
 
 def la_min(tau: np.ndarray, rel_bound: np.ndarray, hi: np.ndarray, now: float,

@@ -39,6 +39,8 @@ class MemoryConfig:
     """On open, check the index file's CRC32 against the sidecar (slower reopen, catches corruption)."""
     num_threads: int = 0
     """hnswlib threads for adds and batched queries (0 = all cores)."""
+    backend: str = "auto"
+    """Rerank kernel backend: "auto" (compiled "cpu" when built, else "torch"), "cpu" or "torch"."""
     access_flush_every: int = 10_000
     """Write pending ``last_access`` updates to SQLite after this many (also on add, flush and close)."""
 

@@ -60,6 +60,17 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def remove_stale_temps(path: str) -> None:
+    """Delete temp files left by a save that a crash interrupted (one process owns a store)."""
+    import glob
+
+    for p in glob.glob(glob.escape(path) + ".tmp-*") + glob.glob(glob.escape(path) + ".json.tmp-*"):
+        try:
+            os.remove(p)
+        except OSError:
+            pass
+
+
 def new_index(dim: int, capacity: int, M: int, ef_construction: int) -> hnswlib.Index:
     idx = hnswlib.Index(space="cosine", dim=dim)
     idx.init_index(max_elements=max(capacity, 16), M=M, ef_construction=ef_construction, allow_replace_deleted=True)

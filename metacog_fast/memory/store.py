@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from metacog_fast._backend import core, resolve_backend
 from metacog_fast.kernels.memory_rerank import memory_rerank, memory_scores
 from metacog_fast.memory import buckets as bk
 from metacog_fast.memory import index as hx
@@ -71,6 +72,9 @@ class MemoryStore:
         self._gen = 0  # bumped by every add/forget: invalidates cached filter masks
         self._mask_cache: dict[tuple, tuple[int, np.ndarray, Callable[[int], bool] | None]] = {}
         self._closed = False
+        be = resolve_backend(config.backend, has=("cpu", "torch"))
+        # The store validates its own arrays, so it calls the compiled kernel directly.
+        self._core = core() if be == "cpu" else None
         self._load()
 
     # ---------------------------------------------------------------- opening
@@ -102,6 +106,7 @@ class MemoryStore:
 
         t0 = time.perf_counter()
         t = self._table
+        hx.remove_stale_temps(self.index_path)
         for rows in self._db.scan():
             self._ingest(rows)
         self.open_report["records"] = t.live
@@ -212,7 +217,7 @@ class MemoryStore:
             rows = self._live_rows(ids)
             with self._mutate:
                 self._db.set_importance(ids, vals)
-            self._table.importance[rows] = vals
+            self._table.set_importance(rows, vals)
             self._lists.push(rows)
 
     def forget(self, ids: Any = None, *, agent: str | None = None, kind: str | None = None,
@@ -318,8 +323,7 @@ class MemoryStore:
             if exact or n_match <= max(c.exact_below, kp):
                 if match_rows is None:
                     match_rows = t.filter_rows(*key)
-                return memory_rerank(q, t.keys, t.last_access, t.importance, match_rows, k, now, w,
-                                     c.decay, c.unit, backend="auto")
+                return self._rerank(q, match_rows, k, now, w)
         # Fast path. 1) HNSW candidates on relevance, under the filter.
         self._index.set_ef(max(c.ef, kp))
         try:
@@ -327,8 +331,7 @@ class MemoryStore:
         except RuntimeError:  # hnswlib found fewer than kp under a selective filter
             with self._mutate:
                 rows = t.filter_rows(*key)
-                return memory_rerank(q, t.keys, t.last_access, t.importance, rows, k, now, w,
-                                     c.decay, c.unit, backend="auto")
+                return self._rerank(q, rows, k, now, w)
         with self._mutate:
             hrows = t.rows_of(labels)  # [Q, kp]; -1 if forgotten meanwhile
             rel_bound = (1.0 - dist[:, -1].astype(np.float64) + 1.0) / 2.0  # relevance of the kp-th
@@ -336,8 +339,8 @@ class MemoryStore:
             owner = bk.ANY_AGENT if a_code is None else a_code
             head = self._lists.head(owner, c.head)
             head = head[self._passes(head, k_code, since)]
-            seed = np.concatenate([hrows, np.broadcast_to(head, (len(q), len(head)))], axis=1)
-            s = memory_scores(q, t.keys, t.last_access, t.importance, seed, now, w, c.decay, c.unit)
+            seed = np.concatenate([hrows, np.tile(head, (len(q), 1))], axis=1)
+            s = self._scores(q, seed, now, w)
             kk = min(k, s.shape[1])
             tau = -np.partition(-s, kk - 1, axis=1)[:, kk - 1].astype(np.float64)
             # 3) every record of a bucket that could still beat tau (a recency-list suffix).
@@ -346,8 +349,20 @@ class MemoryStore:
             keep = self._passes(urows, k_code, since)
             urows, umask = urows[keep], umask[:, keep]
             cand = np.concatenate([hrows, _ragged_pad(urows, umask)], axis=1)
-            return memory_rerank(q, t.keys, t.last_access, t.importance, cand, k, now, w,
-                                 c.decay, c.unit, backend="auto")
+            return self._rerank(q, cand, k, now, w)
+
+    def _rerank(self, q: np.ndarray, cand: np.ndarray, k: int, now: float, w: tuple[float, float, float]):
+        t, c = self._table, self.config
+        if self._core is not None:
+            return self._core.memory_rerank(q, t.keys, t.last_access, t.importance, cand, k, now, *w, c.decay, c.unit)
+        return memory_rerank(q, t.keys, t.last_access, t.importance, cand, k, now, w, c.decay, c.unit,
+                             backend="torch")
+
+    def _scores(self, q: np.ndarray, cand: np.ndarray, now: float, w: tuple[float, float, float]) -> np.ndarray:
+        t, c = self._table, self.config
+        if self._core is not None:
+            return self._core.memory_scores(q, t.keys, t.last_access, t.importance, cand, now, *w, c.decay, c.unit)
+        return memory_scores(q, t.keys, t.last_access, t.importance, cand, now, w, c.decay, c.unit, backend="torch")
 
     def _passes(self, rows: np.ndarray, k_code: int | None, since: float | None) -> np.ndarray:
         t = self._table

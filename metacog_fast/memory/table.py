@@ -3,7 +3,7 @@ rerank reads directly (rows, not ids: a forgotten record's row is reused).
 
 Columns (``R`` = capacity in rows): keys [R, D] float32 (L2-normalised
 embeddings), last_access [R] float64, created [R] float64, importance [R]
-float32, agent [R] int32 and kind [R] int32 (codes of the strings), row_id [R]
+float32, bucket [R] int8 (importance bucket, -1 = free row), agent [R] int32 and kind [R] int32 (codes of the strings), row_id [R]
 int64 (-1 = free row), plus id_to_row [max id + 1] int64 (-1 = absent).
 """
 from __future__ import annotations
@@ -40,6 +40,7 @@ class Table:
         self.last_access = np.zeros(cap, np.float64)
         self.created = np.zeros(cap, np.float64)
         self.importance = np.ones(cap, np.float32)
+        self.bucket = np.full(cap, -1, np.int8)
         self.agent = np.full(cap, -1, np.int32)
         self.kind = np.full(cap, -1, np.int32)
         self.row_id = np.full(cap, -1, np.int64)
@@ -60,9 +61,9 @@ class Table:
         if need <= cap:
             return
         new = max(need, cap * 2)
-        for name in ("keys", "last_access", "created", "importance", "agent", "kind", "row_id"):
+        for name in ("keys", "last_access", "created", "importance", "bucket", "agent", "kind", "row_id"):
             old = getattr(self, name)
-            fill = -1 if name in ("agent", "kind", "row_id") else (1 if name == "importance" else 0)
+            fill = -1 if name in ("agent", "kind", "row_id", "bucket") else (1 if name == "importance" else 0)
             arr = np.full((new,) + old.shape[1:], fill, old.dtype)
             arr[:cap] = old
             setattr(self, name, arr)
@@ -90,13 +91,17 @@ class Table:
         self.keys[rows] = keys
         self.created[rows] = created
         self.last_access[rows] = last_access
-        self.importance[rows] = importance
+        self.set_importance(rows, importance)
         self.agent[rows] = agent_codes
         self.kind[rows] = kind_codes
         self.row_id[rows] = ids
         self.id_to_row[ids] = rows
         self.live += n
         return rows
+
+    def set_importance(self, rows: np.ndarray, importance: np.ndarray) -> None:
+        self.importance[rows] = importance
+        self.bucket[rows] = np.clip(np.floor(importance), 1, 10).astype(np.int8) - 1
 
     def rows_of(self, ids: np.ndarray) -> np.ndarray:
         """Rows of ``ids`` (-1 where an id is not live)."""
@@ -112,6 +117,7 @@ class Table:
         rows = rows[rows >= 0]
         self.id_to_row[self.row_id[rows]] = -1
         self.row_id[rows] = -1
+        self.bucket[rows] = -1
         self.agent[rows] = -1
         self.kind[rows] = -1
         self._free.extend(rows.tolist())
