@@ -68,29 +68,7 @@ def test_cuda_binding_compiles(tmp_path):
     assert res.returncode == 0, res.stderr[-4000:]
 
 
-# --- GPU correctness --------------------------------------------------------------------------
-
-
-def _cuda_ready() -> str | None:
-    if not torch.cuda.is_available():
-        return "no CUDA device"
-    try:
-        import metacog_fast
-
-        if not metacog_fast.backends()["cuda"]:
-            return "metacog_fast built without CUDA (METACOG_BACKEND=cuda)"
-    except Exception as exc:  # pragma: no cover - depends on the build
-        return f"metacog_fast core not importable: {exc}"
-    return None
-
-
-_WHY = _cuda_ready()
-
-
-def gpu(f):
-    """Mark a test ``gpu`` and skip it without a CUDA device and a CUDA build."""
-    return pytest.mark.gpu(pytest.mark.skipif(_WHY is not None, reason=_WHY or "")(f))
-
+# --- shared helpers -----------------------------------------------------------------------------
 
 ODD = dict(D=96, Hd=80, S=4, C=5, A=3, E=24, L=2)
 XS = dict(D=256, Hd=256, S=32, C=32, A=4, E=256, L=2)
@@ -132,6 +110,172 @@ def grad_close(g, rg):
     assert scale > 0
     err = float((g - rg).abs().max())
     assert err <= 1e-4 * scale, f"gradient error {err:.3g} > 1e-4 x {scale:.3g}"
+
+
+# --- the CUDA kernels RUN on the CPU: host emulation (csrc/cuda/host_emulation.cuh) ----------------
+# rssm.cu is compiled by g++ with every CUDA thread a fiber and every barrier (warp shuffle,
+# __syncwarp, __syncthreads, grid.sync) a fiber switch, then run against the torch reference:
+# the persistent cooperative path (B <= 8, 3 emulated SMs) and the tiled path (B > 8, two
+# blocks, the last one partial). Checks indexing, synchronisation structure and numerics,
+# not speed nor the hardware memory model.
+CXX = shutil.which("g++") or shutil.which("c++")
+
+
+class EmuRssm:
+    """ctypes front of the emulated kernels with the signatures of metacog_fast.kernels.rssm_cuda."""
+
+    def __init__(self, lib_path: Path):
+        import ctypes
+
+        self.ct = ctypes
+        self.lib = ctypes.CDLL(str(lib_path))
+        self.lib.metacog_emu_workspace_floats.restype = ctypes.c_size_t
+        self.err = ctypes.create_string_buffer(1024)
+
+    def _prep(self, w, S, C, B):
+        from metacog_fast.kernels.rssm_cuda import W_COUNT, pack_tensors
+        from metacog_fast.kernels.rssm_triton import dims_of
+
+        ct = self.ct
+        d = dims_of(w)
+        tensors = pack_tensors(w, d, torch.device("cpu"))
+        wp = (ct.c_uint64 * W_COUNT)(*[0 if x is None else x.data_ptr() for x in tensors])
+        dims = (ct.c_int * 9)(d.D, d.Hd, d.Z, d.A, d.E, d.L, d.N, S, C)
+        ws = torch.zeros(int(self.lib.metacog_emu_workspace_floats(dims, B)))
+        self._keep = (tensors, ws)
+        return d, dims, wp, W_COUNT, ws
+
+    def _p(self, *xs):
+        return [self.ct.c_uint64(0 if x is None else x.data_ptr()) for x in xs]
+
+    def _check(self, rc):
+        if rc != 0:
+            raise RuntimeError(self.err.value.decode())
+
+    def step(self, w, h, z, a, u, embed=None):
+        B, S = h.shape[0], u.shape[1]
+        d, dims, wp, n, ws = self._prep(w, S, w["img_logits.w"].shape[0] // S, B)
+        hn, zn, lo = torch.empty(B, d.D), torch.empty(B, d.Z), torch.empty(B, d.Z)
+        self._check(self.lib.metacog_emu_img_step(dims, wp, n, B, *self._p(h, z, a, u, embed), int(embed is not None),
+                                                  *self._p(hn, zn, lo, ws), self.err, 1024))
+        return hn, zn, lo
+
+    def self_assess(self, w, s, grad=False):
+        B = s.shape[0]
+        d, dims, wp, n, ws = self._prep(w, 1, w["img_logits.w"].shape[0], B)
+        psi = torch.empty(B, d.N)
+        g = torch.empty(B, d.D + d.Z) if grad else None
+        self._check(self.lib.metacog_emu_self_assess(dims, wp, n, B, *self._p(s, psi, g, ws), self.err, 1024))
+        return (psi, g) if grad else psi
+
+    def imagine(self, w, h0, z0, eps, u):
+        H, B, S = u.shape
+        d, dims, wp, n, ws = self._prep(w, S, w["img_logits.w"].shape[0] // S, B)
+        hs, zs, acts = torch.empty(H, B, d.D), torch.empty(H, B, d.Z), torch.empty(H, B, d.A)
+        self._check(self.lib.metacog_emu_imagine(dims, wp, n, B, H, *self._p(h0, z0, eps, u, hs, zs, acts, ws),
+                                                 self.err, 1024))
+        return hs, zs, acts
+
+    def self_regulate(self, w, h, z, H, beta, eps, trace=False):
+        B = h.shape[0]
+        d, dims, wp, n, ws = self._prep(w, 1, w["img_logits.w"].shape[0], B)
+        at, hn = torch.empty(B, d.A), torch.empty(B, d.D)
+        tr = torch.empty(H, B, d.N) if trace and H > 0 else None
+        self._check(self.lib.metacog_emu_self_regulate(dims, wp, n, B, H, self.ct.c_float(beta),
+                                                       *self._p(h, z, eps, at, hn, tr, ws), self.err, 1024))
+        return (z, at, hn, tr) if trace else (z, at, hn)
+
+
+@pytest.fixture(scope="module")
+def emu(tmp_path_factory):
+    if CXX is None:
+        pytest.skip("no host C++ compiler")
+    lib = tmp_path_factory.mktemp("cuda_emu") / "librssm_emu.so"
+    cmd = [CXX, "-std=c++17", "-O2", "-shared", "-fPIC", "-DMETACOG_CUDA_HOST_EMULATION", "-I", str(ROOT / "csrc"),
+           "-x", "c++", str(ROOT / "csrc/cuda/rssm.cu"), "-o", str(lib)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return EmuRssm(lib)
+
+
+@pytest.fixture(scope="module")
+def w_emu():
+    return make_weights(**ODD, device="cpu")
+
+
+@pytest.mark.parametrize("B", [1, 9])
+def test_emulated_img_and_obs_step(emu, w_emu, B):
+    h, z, a, u, e = inputs(ODD, B, device="cpu")
+    for got, want in ((emu.step(w_emu, h, z, a, u), ref.img_step(w_emu, h, z, a, u, ODD["C"])),
+                      (emu.step(w_emu, h, z, a, u, e), ref.obs_step(w_emu, h, z, a, e, u, ODD["C"]))):
+        close(got[0], want[0])
+        assert torch.equal(got[1], want[1])
+        close(got[2], want[2])
+
+
+@pytest.mark.parametrize("B", [1, 9])
+def test_emulated_self_assess_gradient(emu, w_emu, B):
+    h, z, *_ = inputs(ODD, B, seed=2, device="cpu")
+    s = torch.cat([h, z], -1)
+    psi, g = emu.self_assess(w_emu, s, grad=True)
+    rpsi, rg = ref.self_assess(w_emu, s, grad=True)
+    close(psi, rpsi)
+    grad_close(g, rg)
+    close(emu.self_assess(w_emu, s), rpsi)
+
+
+def test_emulated_imagine(emu, w_emu):
+    B, H = 3, 2
+    h, z, *_ = inputs(ODD, B, seed=4, device="cpu")
+    g = torch.Generator().manual_seed(5)
+    eps, u = torch.randn(H, B, ODD["A"], generator=g), torch.rand(H, B, ODD["S"], generator=g)
+    hs, zs, acts = emu.imagine(w_emu, h, z, eps, u)
+    rh, rz, ra = ref.imagine(w_emu, h, z, eps, u, ODD["C"])
+    close(acts, ra)
+    close(hs, rh)
+    assert torch.equal(zs, rz)
+
+
+@pytest.mark.parametrize("B,H", [(1, 2), (9, 1), (2, 0)])
+def test_emulated_self_regulate(emu, w_emu, B, H):
+    h, z, *_ = inputs(ODD, B, seed=6, device="cpu")
+    eps = torch.randn(H + 1, B, ODD["A"], generator=torch.Generator().manual_seed(8))
+    out = emu.self_regulate(w_emu, h, z, H, 0.5, eps, trace=True)
+    want = ref.self_regulate(w_emu, h, z, H, 0.5, eps, None, ODD["C"], trace=True)
+    close(out[1], want[1])
+    close(out[2], want[2])
+    if H > 0:
+        close(out[3], want[3])
+
+
+def test_emulated_rejects_bad_sizes(emu, w_emu):
+    h, z, a, u, _ = inputs(ODD, 2, device="cpu")
+    with pytest.raises(RuntimeError, match="Z must equal S\\*C"):
+        emu.step(w_emu, h, z, a, u[:, :3])
+
+
+# --- GPU correctness --------------------------------------------------------------------------
+
+
+def _cuda_ready() -> str | None:
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    try:
+        import metacog_fast
+
+        if not metacog_fast.backends()["cuda"]:
+            return "metacog_fast built without CUDA (METACOG_BACKEND=cuda)"
+    except Exception as exc:  # pragma: no cover - depends on the build
+        return f"metacog_fast core not importable: {exc}"
+    return None
+
+
+_WHY = _cuda_ready()
+
+
+def gpu(f):
+    """Mark a test ``gpu`` and skip it without a CUDA device and a CUDA build."""
+    return pytest.mark.gpu(pytest.mark.skipif(_WHY is not None, reason=_WHY or "")(f))
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,13 @@
 // The self-assessment gradient is the analytic backward of sigmoid/linear/LN/SiLU using
 // transposed copies of the sa weights (coalesced reads); the last backward layer writes
 // the regulated state s + beta * grad directly (no extra pass).
+#ifdef METACOG_CUDA_HOST_EMULATION
+#include "cuda/host_emulation.cuh"  // run on the CPU for tests (see that file)
+#else
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
+#define METACOG_DYNAMIC_SMEM(name) extern __shared__ float4 name[]
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -499,7 +504,7 @@ __device__ void init_state(const Ctx& c, const Params& p, const float* h, const 
 
 template <bool GRID>
 __global__ void __launch_bounds__(kThreads) k_img_step(Params p) {
-  extern __shared__ float4 smem4[];
+  METACOG_DYNAMIC_SMEM(smem4);
   const Ctx c = make_ctx<GRID>(p, reinterpret_cast<float*>(smem4));
   const Dims& d = p.d;
   const int Hd = d.Hd, D = d.D, Z = d.Z;
@@ -527,7 +532,7 @@ __global__ void __launch_bounds__(kThreads) k_img_step(Params p) {
 
 template <bool GRID>
 __global__ void __launch_bounds__(kThreads) k_imagine(Params p) {
-  extern __shared__ float4 smem4[];
+  METACOG_DYNAMIC_SMEM(smem4);
   const Ctx c = make_ctx<GRID>(p, reinterpret_cast<float*>(smem4));
   const Dims& d = p.d;
   const int Hd = d.Hd, D = d.D, Z = d.Z, A = d.A, S = d.S, K0 = D + Z, B = p.B;
@@ -561,7 +566,7 @@ __global__ void __launch_bounds__(kThreads) k_imagine(Params p) {
 
 template <bool GRID>
 __global__ void __launch_bounds__(kThreads) k_self_assess(Params p) {
-  extern __shared__ float4 smem4[];
+  METACOG_DYNAMIC_SMEM(smem4);
   const Ctx c = make_ctx<GRID>(p, reinterpret_cast<float*>(smem4));
   const int K0 = p.d.D + p.d.Z;
   float* grad = p.grad;
@@ -571,7 +576,7 @@ __global__ void __launch_bounds__(kThreads) k_self_assess(Params p) {
 
 template <bool GRID>
 __global__ void __launch_bounds__(kThreads) k_self_regulate(Params p) {
-  extern __shared__ float4 smem4[];
+  METACOG_DYNAMIC_SMEM(smem4);
   const Ctx c = make_ctx<GRID>(p, reinterpret_cast<float*>(smem4));
   const Dims& d = p.d;
   const int D = d.D, Z = d.Z, A = d.A, N = d.N, K0 = D + Z, B = p.B;
@@ -722,8 +727,8 @@ void launch(void (*kg)(Params), void (*kb)(Params), Params& p, std::uintptr_t st
     check(cudaLaunchCooperativeKernel(k, dim3(f.sms), dim3(kThreads), args, smem, st), "cooperative launch");
   } else {
     const int blocks = (p.B + kRows - 1) / kRows;
-    kb<<<blocks, kThreads, smem, st>>>(p);
-    check(cudaGetLastError(), "launch");
+    void* args[] = {&p};
+    check(cudaLaunchKernel(k, dim3(blocks), dim3(kThreads), args, smem, st), "launch");
   }
 }
 
@@ -800,3 +805,7 @@ void self_regulate(const Dims& d, const std::vector<std::uintptr_t>& w, int B, i
 
 }  // namespace cuda_rssm
 }  // namespace metacog
+
+#ifdef METACOG_CUDA_HOST_EMULATION
+#include "cuda/host_emulation_api.cuh"
+#endif

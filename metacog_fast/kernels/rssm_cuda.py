@@ -59,14 +59,12 @@ class _CudaPack:
 _PACKS: dict = {}
 
 
-def _pack(w: Mapping[str, torch.Tensor], dims: RssmDims, device: torch.device) -> _CudaPack:
-    names = sorted(w)
-    key = (str(device), tuple((k, w[k].data_ptr(), w[k]._version) for k in names))
-    hit = _PACKS.get(key)
-    if hit is not None:
-        return hit
-    if len(_PACKS) > 16:
-        _PACKS.clear()
+W_COUNT = 35
+"""Length of the weight pointer list (enum WIdx in csrc/cuda/rssm.cuh)."""
+
+
+def pack_tensors(w: Mapping[str, torch.Tensor], dims: RssmDims, device: torch.device) -> list[torch.Tensor | None]:
+    """The W_COUNT weight tensors in WIdx order (None for an absent obs head), 16-byte aligned."""
     tensors = weights_on(w, _IMG_NAMES, device)
     tensors += weights_on(w, _OBS_NAMES, device) if dims.E > 0 else [None] * len(_OBS_NAMES)
     act = packed(w, "actor")
@@ -77,10 +75,22 @@ def _pack(w: Mapping[str, torch.Tensor], dims: RssmDims, device: torch.device) -
     tensors += [act.w0, act.wh, act.b, act.g, act.be, act.wo, act.bo]
     tensors += [sa.w0, sa.wh, sa.b, sa.g, sa.be, sa.wo, sa.bo]
     tensors += [sa.w0.t().contiguous(), sa.wh.transpose(1, 2).contiguous()]  # for the analytic backward
-    tensors = [None if t is None else _aligned(t) for t in tensors]
+    assert len(tensors) == W_COUNT
+    return [None if t is None else _aligned(t) for t in tensors]
+
+
+def _pack(w: Mapping[str, torch.Tensor], dims: RssmDims, device: torch.device) -> _CudaPack:
+    names = sorted(w)
+    key = (str(device), tuple((k, w[k].data_ptr(), w[k]._version) for k in names))
+    hit = _PACKS.get(key)
+    if hit is not None:
+        return hit
+    if len(_PACKS) > 16:
+        _PACKS.clear()
     ext = _ext()
-    if len(tensors) != ext.W_COUNT:
-        raise RuntimeError(f"rssm_cuda: packed {len(tensors)} weights, the extension expects {ext.W_COUNT}")
+    if ext.W_COUNT != W_COUNT:
+        raise RuntimeError(f"rssm_cuda: this wrapper packs {W_COUNT} weights, the extension expects {ext.W_COUNT}")
+    tensors = pack_tensors(w, dims, device)
     pack = _CudaPack([0 if t is None else t.data_ptr() for t in tensors], [t for t in tensors if t is not None])
     _PACKS[key] = pack
     return pack
