@@ -16,6 +16,13 @@ from metacog_fast.llm.types import Completion, Message
 API_KEY_VARS = ("METACOG_LLM_API_KEY", "OPENAI_API_KEY")
 CONSTRAINT_MODES = ("auto", "grammar", "guided_choice", "choose")
 # GET /models "owned_by" of servers whose constrained-decoding field we know.
+# Servers known not to return correct prompt logprobs for echo=True.
+_NO_PROMPT_LOGPROBS = {
+    "me": "llama-cpp-python's server misaligns echo logprobs (token i scored with the logits after token i, "
+    "abetlen/llama-cpp-python#1983); use the embedded llama-cpp:// backend or a vLLM server",
+    "llamacpp": "llama.cpp's server returns no prompt logprobs for echo=True (ggml-org/llama.cpp#27174); "
+    "use the embedded llama-cpp:// backend or a vLLM server",
+}
 _OWNER_MODE = {"vllm": "guided_choice", "me": "grammar", "llamacpp": "grammar"}
 
 
@@ -186,8 +193,13 @@ class HttpLLM(LLM):
         return self._sample("/chat/completions", {"messages": messages}, params, chat=True)
 
     def _score(self, prompt: str, options: list[str]) -> ScoreResult:
-        """Prompt logprobs of ``prompt + option`` (``echo``): the server tokenizes the joined text, so
-        a token straddling the boundary counts towards the option."""
+        """Prompt logprobs of ``prompt + option`` (``echo`` with OpenAI semantics, e.g. vLLM's server):
+        the server tokenizes the joined text, so a token straddling the boundary counts towards the option."""
+        if self._owner is None and self.config.constrained == "auto":
+            self._discover()
+        reason = _NO_PROMPT_LOGPROBS.get(self._owner or "")
+        if reason is not None:
+            raise LLMHTTPError(f"choose() over {self.client.base_url}: {reason}")
         out: list[float] = []
         prompt_tokens = 0
         option_tokens = 0

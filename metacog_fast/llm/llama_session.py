@@ -54,7 +54,8 @@ class LlamaSession:
 
         self.llama = llama
         self._lib = llama_cpp
-        self.n_ctx = int(llama.n_ctx())
+        # llama.cpp may round the context up; the Python-side token buffer keeps the requested size.
+        self.n_ctx = min(int(llama.n_ctx()), len(llama.input_ids))
         self.n_vocab = int(llama.n_vocab())
         self.n_batch = int(llama.n_batch)
 
