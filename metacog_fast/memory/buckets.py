@@ -68,11 +68,14 @@ class BucketLists:
         self.table = table
         self.lists: dict[tuple[int, int], _List] = {}
         self.hi = np.zeros(N_BUCKETS, np.float64)  # largest importance seen per bucket
+        self.version = 0  # bumped by every push: keys the head cache
+        self._heads: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
 
     def push(self, rows: np.ndarray) -> None:
         """Record the current (last_access, bucket, agent) of ``rows``."""
         if len(rows) == 0:
             return
+        self.version += 1
         t = self.table
         b = t.bucket[rows].astype(np.int64)
         np.maximum.at(self.hi, b, t.importance[rows].astype(np.float64))
@@ -119,7 +122,7 @@ class BucketLists:
 
     def _gather(self, owner: int, lo_of) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Concatenate the tails lst[lo_of(b, lst):] of every bucket; returns valid (la, rows, bucket)."""
-        las, rws, bks = [], [], []
+        las, rws, nb = [], [], np.zeros(N_BUCKETS, np.int64)
         for b in range(N_BUCKETS):
             lst = self._ready(owner, b)
             if lst is None:
@@ -129,17 +132,25 @@ class BucketLists:
                 continue
             las.append(lst.la[lo: lst.n])
             rws.append(lst.rows[lo: lst.n])
-            bks.append(np.full(lst.n - lo, b, np.int8))
+            nb[b] = lst.n - lo
         if not rws:
             e = np.empty(0, np.int64)
             return e.astype(np.float64), e, e.astype(np.int8)
-        la, rows, bucket = np.concatenate(las), np.concatenate(rws), np.concatenate(bks)
+        la, rows = np.concatenate(las), np.concatenate(rws)
+        bucket = np.repeat(np.arange(N_BUCKETS, dtype=np.int8), nb)
         ok = self._valid(owner, bucket, la, rows)
         return la[ok], rows[ok], bucket[ok]
 
     def head(self, owner: int, m: int) -> np.ndarray:
         """The most recent valid rows of every bucket of ``owner`` (about ``m`` per bucket)."""
-        return self._gather(owner, lambda b, lst: max(0, lst.n - m))[1]
+        hit = self._heads.get((owner, m))
+        if hit is not None and hit[0] == self.version:
+            return hit[1]
+        rows = self._gather(owner, lambda b, lst: max(0, lst.n - m))[1]
+        if len(self._heads) > 256:
+            self._heads.clear()
+        self._heads[(owner, m)] = (self.version, rows)
+        return rows
 
     def suffixes(self, owner: int, la_min: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Union over buckets of the valid entries with la >= min over queries of

@@ -487,13 +487,14 @@ def _embeddings(x: Any, dim: int, name: str) -> np.ndarray:
     a = np.ascontiguousarray(a, np.float32)
     if not np.isfinite(a).all():
         raise ValueError(f"{name}: contains NaN or inf")
-    if a.shape[0] and (np.einsum("ij,ij->i", a, a) == 0).any():
+    if (np.abs(a).max(axis=1) == 0).any():
         raise ValueError(f"{name}: a zero vector has no direction (cosine undefined)")
     return a
 
 
 def _normalise(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a / np.linalg.norm(a, axis=1, keepdims=True), np.float32)
+    norm = np.sqrt(np.einsum("ij,ij->i", a, a, dtype=np.float64))
+    return (a / norm[:, None]).astype(np.float32)
 
 
 def _broadcast_num(x: Any, n: int, name: str) -> np.ndarray:
