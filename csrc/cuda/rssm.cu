@@ -177,7 +177,8 @@ __device__ void matvec(const Ctx& c, const float* __restrict__ W, const float* _
 #pragma unroll
     for (int j = 0; j < OPW; ++j)
 #pragma unroll
-      for (int b = 0; b < kRows; ++b) acc[j][b] = warp_sum(acc[j][b]);
+      for (int b = 0; b < kRows; ++b)
+        if (b < c.nr) acc[j][b] = warp_sum(acc[j][b]);  // nr is warp-uniform: no divergent shuffle
 #pragma unroll
     for (int j = 0; j < OPW; ++j)
 #pragma unroll
