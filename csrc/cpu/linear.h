@@ -128,6 +128,13 @@ using GemmBf16 = void (*)(const std::uint16_t* P, std::int64_t K, const float* X
                           float* Y, std::int64_t ldy, std::int64_t M, std::int64_t c0, std::int64_t c1,
                           const float* bias, int accumulate);
 
+using GatherF32 = void (*)(const float* P, std::int64_t K, const std::int32_t* idx, std::int64_t nsel,
+                           float* Y, std::int64_t ldy, std::int64_t M, std::int64_t c0, std::int64_t c1,
+                           const float* bias, int accumulate);
+using GatherBf16 = void (*)(const std::uint16_t* P, std::int64_t K, const std::int32_t* idx, std::int64_t nsel,
+                            float* Y, std::int64_t ldy, std::int64_t M, std::int64_t c0, std::int64_t c1,
+                            const float* bias, int accumulate);
+
 // Y[m, c0:c1] (+)= X[m, :K] @ P[:K, c0:c1] (+ bias[c0:c1]) for m < M.
 // c0 must be a multiple of kPanel; accumulate adds to Y instead of overwriting.
 // Serial: callers split rows or column ranges across OpenMP threads.
@@ -140,6 +147,21 @@ inline void gemm_packed(const PackedMat& P, const float* X, std::int64_t ldx, fl
   } else {
     static thread_local IsaFn<GemmF32> fn("gemm_packed_f32");
     fn.get()(P.f.data(), P.K, X, ldx, Y, ldy, M, c0, c1, bias, accumulate ? 1 : 0);
+  }
+}
+
+// The same product when each row of X is a sum of one-hots: X[m] = sum_j e(idx[m*nsel + j]).
+// Adds the selected rows of P in index order, so the result equals gemm_packed's
+// (the skipped terms are exact zeros) while reading nsel rows instead of K.
+inline void gather_packed(const PackedMat& P, const std::int32_t* idx, std::int64_t nsel, float* Y, std::int64_t ldy,
+                          std::int64_t M, std::int64_t c0, std::int64_t c1, const float* bias, bool accumulate) {
+  if (c1 <= c0 || M <= 0) return;
+  if (P.bf16) {
+    static thread_local IsaFn<GatherBf16> fn("gather_packed_bf16");
+    fn.get()(P.h.data(), P.K, idx, nsel, Y, ldy, M, c0, c1, bias, accumulate ? 1 : 0);
+  } else {
+    static thread_local IsaFn<GatherF32> fn("gather_packed_f32");
+    fn.get()(P.f.data(), P.K, idx, nsel, Y, ldy, M, c0, c1, bias, accumulate ? 1 : 0);
   }
 }
 

@@ -145,6 +145,10 @@ struct In {
 struct Work {
   i64 cap = 0;
   AlignedBuf<float> s, x1, x2, G, logits, probs, head, a, psi, dpsi, grad, dx, dx2;
+  // z of the current state as one-hot columns [R, S] when every row is one-hot (onehot):
+  // the z segments of img_in, actor.0 and sa.0 then add S weight rows instead of a GEMM.
+  AlignedBuf<std::int32_t> zidx;
+  bool onehot = false;
   std::vector<AlignedBuf<float>> sa_act, sa_pre, sa_xhat, sa_rstd;
 };
 
@@ -177,10 +181,12 @@ class RssmCpu {
     obs_out_ = make_dense(w, "obs_out", Hd_, {D_, E_}, true, true, bf16, false);
     obs_logits_ = make_dense(w, "obs_logits", Z_, {Hd_}, true, false, bf16, false);
     for (i64 i = 0; i < La_; ++i)
-      actor_.push_back(make_dense(w, "actor." + std::to_string(i), Hd_, {i ? Hd_ : SD_}, true, true, bf16, false));
+      actor_.push_back(make_dense(w, "actor." + std::to_string(i), Hd_, i ? std::vector<i64>{Hd_} : std::vector<i64>{D_, Z_},
+                                  true, true, bf16, false));
     actor_out_ = make_dense(w, "actor.out", 2 * A_, {Hd_}, true, false, bf16, false);
     for (i64 i = 0; i < Ls_; ++i)
-      sa_.push_back(make_dense(w, "sa." + std::to_string(i), Hd_, {i ? Hd_ : SD_}, true, true, bf16, true));
+      sa_.push_back(make_dense(w, "sa." + std::to_string(i), Hd_, i ? std::vector<i64>{Hd_} : std::vector<i64>{D_, Z_},
+                               true, true, bf16, true));
     sa_out_ = make_dense(w, "sa.out", N_, {Hd_}, true, false, bf16, true);
   }
 
@@ -202,6 +208,7 @@ class RssmCpu {
     const float *hp = cptr(h), *zp = cptr(z), *ap = cptr(a), *up = cptr(u);
     float *hop = ho.mutable_data(), *zop = zo.mutable_data(), *lop = lo.mutable_data();
     run(B, [&](const Ops& ops, const Par& par, Work& wk, i64 r0, i64 R) {
+      detect_onehot(par, wk, R, zp + r0 * Z_, Z_);
       seq(ops, par, wk, R, {hp + r0 * D_, D_}, {zp + r0 * Z_, Z_}, {ap + r0 * A_, A_}, hop + r0 * D_, D_);
       prior(ops, par, wk, R, {hop + r0 * D_, D_}, lop + r0 * Z_, Z_);
       sample(ops, par, wk, R, lop + r0 * Z_, Z_, up + r0 * S_, zop + r0 * Z_, Z_);
@@ -220,6 +227,7 @@ class RssmCpu {
     const float *hp = cptr(h), *zp = cptr(z), *ap = cptr(a), *ep = cptr(e), *up = cptr(u);
     float *hop = ho.mutable_data(), *zop = zo.mutable_data(), *lop = lo.mutable_data();
     run(B, [&](const Ops& ops, const Par& par, Work& wk, i64 r0, i64 R) {
+      detect_onehot(par, wk, R, zp + r0 * Z_, Z_);
       seq(ops, par, wk, R, {hp + r0 * D_, D_}, {zp + r0 * Z_, Z_}, {ap + r0 * A_, A_}, hop + r0 * D_, D_);
       dense_block(ops, par, obs_out_, {{hop + r0 * D_, D_}, {ep + r0 * E_, E_}}, R, wk.x1.data());
       dense(par, obs_logits_, {{wk.x1.data(), Hd_}}, R, lop + r0 * Z_, Z_);
@@ -241,6 +249,7 @@ class RssmCpu {
     run(B, [&](const Ops& ops, const Par& par, Work& wk, i64 r0, i64 R) {
       float* s = wk.s.data();
       load_state(par, R, hp + r0 * D_, zp + r0 * Z_, s);
+      detect_onehot(par, wk, R, s + D_, SD_);
       for (i64 t = 0; t < H; ++t) {
         float* at = asp + (t * B + r0) * A_;
         actor(ops, par, wk, R, {s, SD_}, ep + (t * B + r0) * A_, at, A_);
@@ -265,6 +274,7 @@ class RssmCpu {
     const float* sp = cptr(s);
     float *pp = psi.mutable_data(), *gp = grad ? g.mutable_data() : nullptr;
     run(B, [&](const Ops& ops, const Par& par, Work& wk, i64 r0, i64 R) {
+      detect_onehot(par, wk, R, sp + r0 * SD_ + D_, SD_);
       sa(ops, par, wk, R, {sp + r0 * SD_, SD_}, pp + r0 * N_, gp ? gp + r0 * SD_ : nullptr);
     });
     if (grad) return py::make_tuple(psi, g);
@@ -296,6 +306,7 @@ class RssmCpu {
       float* s = wk.s.data();
       if (zp) {
         load_state(par, R, hp + r0 * D_, zp + r0 * Z_, s);
+        detect_onehot(par, wk, R, s + D_, SD_);
       } else {
         load_state(par, R, hp + r0 * D_, nullptr, s);
         prior(ops, par, wk, R, {s, SD_}, wk.logits.data(), Z_);
@@ -307,6 +318,7 @@ class RssmCpu {
         actor(ops, par, wk, R, {s, SD_}, ep + (k * B + r0) * A_, wk.a.data(), A_);      // line 9
         seq(ops, par, wk, R, {s, SD_}, {s + D_, SD_}, {wk.a.data(), A_}, s, SD_);      // line 10
         sa(ops, par, wk, R, {s, SD_}, wk.psi.data(), wk.grad.data());                  // line 11
+        if (par.tid == 0) wk.onehot = wk.onehot && beta == 0.f;  // the gradient step makes z continuous
         for (i64 r = par.row0(); r < R; r += par.row_step()) {
           ops.axpy(s + r * SD_, wk.grad.data() + r * SD_, beta, SD_);
           if (trp) std::memcpy(trp + (k * B + r0 + r) * N_, wk.psi.data() + r * N_, sizeof(float) * N_);
@@ -362,6 +374,7 @@ class RssmCpu {
       auto sz = [R](i64 n) { return static_cast<std::size_t>(R * n); };
       w.s.resize(sz(SD_)); w.x1.resize(sz(Hd_)); w.x2.resize(sz(Hd_)); w.G.resize(sz(3 * D_));
       w.logits.resize(sz(Z_)); w.probs.resize(sz(Z_)); w.head.resize(sz(head)); w.a.resize(sz(A_));
+      w.zidx.resize(sz(S_));
       w.psi.resize(sz(N_)); w.dpsi.resize(sz(N_)); w.grad.resize(sz(SD_)); w.dx.resize(sz(wide)); w.dx2.resize(sz(wide));
       w.sa_act.resize(Ls_); w.sa_pre.resize(Ls_); w.sa_xhat.resize(Ls_); w.sa_rstd.resize(Ls_);
       for (i64 l = 0; l < Ls_; ++l) {
@@ -373,19 +386,48 @@ class RssmCpu {
 
   // ---- building blocks ----
   // Y[R, out] = sum_seg X_seg @ W_seg^T + bias (this thread's columns), then sync.
-  void dense(const Par& par, const Dense& L, std::initializer_list<In> xs, i64 R, float* Y, i64 ldy) const {
+  // With zidx, segment zseg is a one-hot z: its rows are gathered instead of multiplied.
+  void dense(const Par& par, const Dense& L, std::initializer_list<In> xs, i64 R, float* Y, i64 ldy,
+             const std::int32_t* zidx = nullptr, std::size_t zseg = 0) const {
     auto [c0, c1] = par.cols(L.out);
     std::size_t i = 0;
     for (const In& x : xs) {
-      gemm_packed(L.seg[i], x.p, x.ld, Y, ldy, R, c0, c1, i == 0 ? L.bias_ptr() : nullptr, i > 0);
+      const float* bias = i == 0 ? L.bias_ptr() : nullptr;
+      if (zidx && i == zseg)
+        gather_packed(L.seg[i], zidx, S_, Y, ldy, R, c0, c1, bias, i > 0);
+      else
+        gemm_packed(L.seg[i], x.p, x.ld, Y, ldy, R, c0, c1, bias, i > 0);
       ++i;
     }
     par.sync();
   }
 
+  // Marks wk.onehot and fills wk.zidx when every row of z [R, Z] is one-hot per group.
+  void detect_onehot(const Par& par, Work& wk, i64 R, const float* z, i64 ldz) const {
+    if (par.tid == 0) {
+      bool ok = true;
+      for (i64 r = 0; r < R && ok; ++r)
+        for (i64 s = 0; s < S_ && ok; ++s) {
+          const float* g = z + r * ldz + s * C_;
+          i64 hot = -1;
+          for (i64 c = 0; c < C_ && ok; ++c) {
+            if (g[c] == 1.f && hot < 0) hot = c;
+            else if (g[c] != 0.f) ok = false;
+          }
+          ok = ok && hot >= 0;
+          if (ok) wk.zidx.data()[r * S_ + s] = static_cast<std::int32_t>(s * C_ + hot);
+        }
+      wk.onehot = ok;
+    }
+    par.sync();
+  }
+
+  const std::int32_t* zidx_of(const Work& wk) const { return wk.onehot ? wk.zidx.data() : nullptr; }
+
   // Y[R, Hd] = silu(ln(dense(xs)))
-  void dense_block(const Ops& ops, const Par& par, const Dense& L, std::initializer_list<In> xs, i64 R, float* Y) const {
-    dense(par, L, xs, R, Y, L.out);
+  void dense_block(const Ops& ops, const Par& par, const Dense& L, std::initializer_list<In> xs, i64 R, float* Y,
+                   const std::int32_t* zidx = nullptr, std::size_t zseg = 0) const {
+    dense(par, L, xs, R, Y, L.out, zidx, zseg);
     for (i64 r = par.row0(); r < R; r += par.row_step())
       ops.ln(Y + r * L.out, L.out, L.g.data(), L.b.data(), 1, nullptr, nullptr, nullptr);
     par.sync();
@@ -401,7 +443,7 @@ class RssmCpu {
 
   // Sequence model h' = f(h, z, a): img_in block + LayerNorm GRU. hout may alias h.
   void seq(const Ops& ops, const Par& par, Work& wk, i64 R, In h, In z, In a, float* hout, i64 ldo) const {
-    dense_block(ops, par, img_in_, {z, a}, R, wk.x1.data());
+    dense_block(ops, par, img_in_, {z, a}, R, wk.x1.data(), zidx_of(wk), 0);
     float* G = wk.G.data();
     dense(par, gru_, {{wk.x1.data(), Hd_}, h}, R, G, 3 * D_);
     for (i64 r = par.row0(); r < R; r += par.row_step()) {
@@ -419,14 +461,16 @@ class RssmCpu {
   void sample(const Ops& ops, const Par& par, Work& wk, i64 R, const float* logits, i64 ldl, const float* u, float* z,
               i64 ldz) const {
     for (i64 r = par.row0(); r < R; r += par.row_step())
-      ops.sample(logits + r * ldl, S_, C_, u + r * S_, z + r * ldz, wk.probs.data() + r * Z_, nullptr);
+      ops.sample(logits + r * ldl, S_, C_, u + r * S_, z + r * ldz, wk.probs.data() + r * Z_, wk.zidx.data() + r * S_);
+    if (par.tid == 0) wk.onehot = true;
     par.sync();
   }
 
   void actor(const Ops& ops, const Par& par, Work& wk, i64 R, In s, const float* eps, float* a, i64 lda) const {
-    In x = s;
     float* bufs[2] = {wk.x1.data(), wk.x2.data()};
-    for (i64 l = 0; l < La_; ++l) {
+    dense_block(ops, par, actor_[0], {s, {s.p + D_, s.ld}}, R, bufs[0], zidx_of(wk), 1);
+    In x = {bufs[0], Hd_};
+    for (i64 l = 1; l < La_; ++l) {
       float* y = bufs[l % 2];
       dense_block(ops, par, actor_[l], {x}, R, y);
       x = {y, Hd_};
@@ -444,7 +488,10 @@ class RssmCpu {
     In x = s;
     for (i64 l = 0; l < Ls_; ++l) {
       float* y = wk.sa_act[l].data();
-      dense(par, sa_[l], {x}, R, y, Hd_);
+      if (l == 0)
+        dense(par, sa_[0], {s, {s.p + D_, s.ld}}, R, y, Hd_, zidx_of(wk), 1);
+      else
+        dense(par, sa_[l], {x}, R, y, Hd_);
       for (i64 r = par.row0(); r < R; r += par.row_step())
         ops.ln(y + r * Hd_, Hd_, sa_[l].g.data(), sa_[l].b.data(), 1, g ? wk.sa_xhat[l].data() + r * Hd_ : nullptr,
                g ? wk.sa_pre[l].data() + r * Hd_ : nullptr, wk.sa_rstd[l].data() + r);

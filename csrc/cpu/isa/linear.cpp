@@ -301,6 +301,67 @@ void gemm_packed_bf16(const std::uint16_t* P, std::int64_t K, const float* X, st
   }
 }
 
+namespace {
+// acc[0:64] of one panel -> Y[c : min(c+64, c1)] (+ bias) (+ Y when accumulating)
+inline void store_panel(const float* acc, float* y, const float* bias, std::int64_t c, std::int64_t c1, int accumulate) {
+  for (std::int64_t v = 0; v < kPanel / W; ++v) {
+    const std::int64_t cc = c + v * W;
+    if (cc >= c1) break;
+    const int n = static_cast<int>(c1 - cc < W ? c1 - cc : W);
+    V val = simd::load(acc + v * W);
+    if (bias) val = simd::add(val, n == W ? simd::load(bias + cc) : simd::load_n(bias + cc, n));
+    if (accumulate) val = simd::add(val, n == W ? simd::load(y + cc) : simd::load_n(y + cc, n));
+    if (n == W)
+      simd::store(y + cc, val);
+    else
+      simd::store_n(y + cc, val, n);
+  }
+}
+}  // namespace
+
+void gather_packed_f32(const float* P, std::int64_t K, const std::int32_t* idx, std::int64_t nsel, float* Y,
+                       std::int64_t ldy, std::int64_t M, std::int64_t c0, std::int64_t c1, const float* bias,
+                       int accumulate) {
+  alignas(64) float acc[kPanel];
+  for (std::int64_t m = 0; m < M; ++m) {
+    const std::int32_t* ix = idx + m * nsel;
+    for (std::int64_t c = c0; c < c1; c += kPanel) {
+      const float* Pp = P + (c / kPanel) * K * kPanel;
+      V a[kPanel / W];
+      for (auto& v : a) v = simd::zero();
+      for (std::int64_t j = 0; j < nsel; ++j) {
+        const float* row = Pp + static_cast<std::int64_t>(ix[j]) * kPanel;
+        for (std::int64_t v = 0; v < kPanel / W; ++v) a[v] = simd::add(a[v], simd::load(row + v * W));
+      }
+      for (std::int64_t v = 0; v < kPanel / W; ++v) simd::store(acc + v * W, a[v]);
+      store_panel(acc, Y + m * ldy, bias, c, c1, accumulate);
+    }
+  }
+}
+
+void gather_packed_bf16(const std::uint16_t* P, std::int64_t K, const std::int32_t* idx, std::int64_t nsel, float* Y,
+                        std::int64_t ldy, std::int64_t M, std::int64_t c0, std::int64_t c1, const float* bias,
+                        int accumulate) {
+  const std::int64_t K2 = (K + 1) / 2;
+  alignas(64) float acc[kPanel];
+  for (std::int64_t m = 0; m < M; ++m) {
+    const std::int32_t* ix = idx + m * nsel;
+    for (std::int64_t c = c0; c < c1; c += kPanel) {
+      const std::uint16_t* Pp = P + (c / kPanel) * K2 * kPanel * 2;
+      for (std::int64_t j = 0; j < kPanel; ++j) acc[j] = 0.f;
+      for (std::int64_t j = 0; j < nsel; ++j) {
+        const std::int64_t k = ix[j];
+        const std::uint16_t* row = Pp + (k >> 1) * kPanel * 2 + (k & 1);
+        for (std::int64_t q = 0; q < kPanel; ++q) acc[q] += bf16_to_f32(row[2 * q]);
+      }
+      store_panel(acc, Y + m * ldy, bias, c, c1, accumulate);
+    }
+  }
+}
+
+METACOG_ISA_EXPORT(gather_packed_f32, &gather_packed_f32)
+METACOG_ISA_EXPORT(gather_packed_bf16, &gather_packed_bf16)
+
 METACOG_ISA_EXPORT(gemm_packed_f32, &gemm_packed_f32)
 METACOG_ISA_EXPORT(gemm_packed_bf16, &gemm_packed_bf16)
 

@@ -125,6 +125,7 @@ void rssm_gru(const float* g, const float* h, float* hout, std::int64_t D) {
 }
 
 // logits [S*C] -> one-hot [S*C]; probs: scratch [S*C]. Class = first k with cdf[k] > u.
+// index (optional) [S]: the column s*C + k of each group's one.
 void rssm_sample(const float* logits, std::int64_t S, std::int64_t C, const float* u, float* onehot, float* probs,
                  std::int32_t* index) {
   const std::int64_t Z = S * C;
@@ -149,7 +150,7 @@ void rssm_sample(const float* logits, std::int64_t S, std::int64_t C, const floa
     }
     for (std::int64_t c = 0; c < C; ++c) onehot[s * C + c] = 0.f;
     onehot[s * C + k] = 1.f;
-    if (index) index[s] = static_cast<std::int32_t>(k);
+    if (index) index[s] = static_cast<std::int32_t>(s * C + k);
   }
 }
 
