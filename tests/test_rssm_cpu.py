@@ -345,3 +345,21 @@ def test_cuda_request_without_cuda_fails_loudly():
     w = weights("odd")
     with pytest.raises(metacog_fast.BackendUnavailable):
         R.self_assess(w, np.zeros((1, 96 + 20), np.float32), classes=5, backend="cuda")
+
+
+def test_onehot_gather_equals_dense_path():
+    """A one-hot z takes the gather path (S weight rows added); one non one-hot row in the
+    tile sends every row through the GEMM: fp32 results must be bitwise equal."""
+    w = weights("XS")
+    sz = R.infer_sizes(w)
+    h, z, a, e, u = _inputs(sz, 3, seed=5)
+    z_soft = z.copy()
+    z_soft[2] = 0.5 * z_soft[2] + 0.5 / sz.C  # not one-hot
+    for prec in ("fp32", "bf16"):
+        gathered = R.rssm_img_step(w, h[:2], z[:2], a[:2], u[:2], backend="cpu", precision=prec)
+        dense = R.rssm_img_step(w, h, np.concatenate([z[:2], z_soft[2:]]), a, u, backend="cpu", precision=prec)
+        if prec == "fp32":
+            np.testing.assert_array_equal(gathered[0], dense[0][:2])
+            np.testing.assert_array_equal(gathered[2], dense[2][:2])
+        else:  # vdpbf16ps pairs products differently from the row sums
+            close(gathered[0], dense[0][:2], 1e-5, "bf16 gather vs dense")
