@@ -28,6 +28,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are shared files
         os.replace(tmp, out)
     except BaseException:
         if os.path.exists(tmp):
