@@ -8,9 +8,13 @@ accumulation, ``input_precision="ieee"`` so GPU results match the fp32 reference
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 ACT_SILU = 0
 ACT_SIGMOID = 1
@@ -81,8 +85,13 @@ def _linear_act(x: torch.Tensor, t: torch.Tensor | None, w: torch.Tensor, b: tor
     N = w.shape[0]
     K2 = 0 if t is None else t.shape[1]
     y = torch.empty((B, N), dtype=torch.float32, device=x.device)
-    BLOCK_B, BLOCK_K = 16, 32
-    BLOCK_N = 16 if N <= 16 else 64
+    if _INTERPRET:
+        # The CPU interpreter runs programs one by one: few large blocks are far faster.
+        BLOCK_B, BLOCK_K = 64, 128
+        BLOCK_N = max(16, min(256, triton.next_power_of_2(N)))
+    else:
+        BLOCK_B, BLOCK_K = 16, 32
+        BLOCK_N = 16 if N <= 16 else 64
     t_stride = 0 if (t is None or t.shape[0] == 1) else K2
     grid = (triton.cdiv(B, BLOCK_B), triton.cdiv(N, BLOCK_N))
     _layer_kernel[grid](
@@ -109,5 +118,6 @@ def mean_pool_l2norm_triton(token_emb: torch.Tensor, mask: torch.Tensor) -> torc
     y = torch.empty((B, D), dtype=torch.float32, device=token_emb.device)
     if B == 0:
         return y
-    _pool_kernel[(B,)](token_emb, mask, y, T, D, BLOCK_T=8, BLOCK_D=triton.next_power_of_2(D))
+    block_t = 64 if _INTERPRET else 8
+    _pool_kernel[(B,)](token_emb, mask, y, T, D, BLOCK_T=block_t, BLOCK_D=triton.next_power_of_2(D))
     return y
