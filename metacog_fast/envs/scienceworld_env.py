@@ -189,6 +189,11 @@ class ScienceWorldEnv(Env):
         _DEAD_JVM_FILTER.live[f":{gw.gateway_parameters.port})"] = gw.java_process
 
     @property
+    def raw(self) -> Any:
+        """The wrapped ``scienceworld.ScienceWorldEnv`` (replaced when the JVM is restarted)."""
+        return self._sw
+
+    @property
     def jvm_pid(self) -> int | None:
         """Process id of this adapter's JVM (None when stopped)."""
         try:
