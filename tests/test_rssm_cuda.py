@@ -248,6 +248,20 @@ def test_emulated_self_regulate(emu, w_emu, B, H):
         close(out[3], want[3])
 
 
+def test_emulated_single_layer_three_outputs(emu):
+    from metacog_fast.kernels.rssm import init_rssm_weights
+
+    w = init_rssm_weights(None, D=ODD["D"], Hd=ODD["Hd"], S=ODD["S"], C=ODD["C"], A=ODD["A"], E=ODD["E"], L=1, N=3,
+                          seed=4)
+    w = {k: torch.from_numpy(v) for k, v in w.items()}
+    h, z, *_ = inputs(ODD, 2, seed=13, device="cpu")
+    eps = torch.randn(2, 2, ODD["A"], generator=torch.Generator().manual_seed(14))
+    out = emu.self_regulate(w, h, z, 1, 0.5, eps, trace=True)
+    want = ref.self_regulate(w, h, z, 1, 0.5, eps, None, ODD["C"], trace=True)
+    for x, y in zip(out[1:], want[1:]):
+        close(x, y)
+
+
 def test_emulated_rejects_bad_sizes(emu, w_emu):
     h, z, a, u, _ = inputs(ODD, 2, device="cpu")
     with pytest.raises(RuntimeError, match="Z must equal S\\*C"):

@@ -216,3 +216,21 @@ def test_packed_weights_follow_in_place_updates(w_odd):
     p2 = rssm_triton.self_assess(w, s)
     close(p2, ref.self_assess(w, s))
     assert not torch.allclose(p1, p2)
+
+
+def test_single_hidden_layer_and_three_outputs():
+    # L=1 (no stacked hidden layers) and N=3 quantiles: the packing and loops must not assume L=2, N=5
+    sz = dict(ODD, L=1)
+    w = init_rssm_weights(None, D=sz["D"], Hd=sz["Hd"], S=sz["S"], C=sz["C"], A=sz["A"], E=sz["E"], L=1, N=3, seed=4)
+    w = {k: torch.from_numpy(v).to(DEV) for k, v in w.items()}
+    h, z, *_ = inputs(sz, 3, seed=13)
+    s = torch.cat([h, z], -1)
+    psi, g = rssm_triton.self_assess(w, s, grad=True)
+    rpsi, rg = ref.self_assess(w, s, grad=True)
+    assert psi.shape == (3, 3)
+    close(psi, rpsi)
+    _grad_close(g, rg)
+    eps = torch.randn(3, 3, sz["A"], generator=torch.Generator().manual_seed(14)).to(DEV)
+    out = rssm_triton.self_regulate(w, h, z, 2, 0.5, eps, trace=True)
+    for x, y in zip(out, ref.self_regulate(w, h, z, 2, 0.5, eps, None, sz["C"], trace=True)):
+        close(x, y)
