@@ -139,8 +139,9 @@ step "metacog_fast.backends()"
 
 if "$PY" -c "import pytest" >/dev/null 2>&1; then
   step "tests (CUDA first, then Triton compiled for the GPU)"
-  # the host-emulation tests (CPU only, slow) are left out here: the real GPU runs the same checks
-  run_limited 120 "$PY" -m pytest tests/test_rssm_cuda.py -m "gpu or not gpu" -k "not emulated" -v -rs \
+  # left out here: the host-emulation tests (CPU only, slow; the real GPU runs the same checks)
+  # and the slow full nvcc object compile (the build above just did it)
+  run_limited 120 "$PY" -m pytest tests/test_rssm_cuda.py -m "gpu or not gpu" -k "not emulated and not compile_object" -v -rs \
     --junitxml="$OUT/junit_cuda.xml" -p no:cacheprovider || fail "CUDA tests failed or timed out"
   if "$PY" -c "import pytest_benchmark" >/dev/null 2>&1; then
     # CUDA first, then Triton (whose first calls compile): a Triton timeout cannot cost the CUDA numbers

@@ -262,6 +262,83 @@ def test_emulated_single_layer_three_outputs(emu):
         close(x, y)
 
 
+class _EmuExt:
+    """Stands in for ``metacog_fast._core.rssm_cuda`` (same call signatures as the pybind11 binding in
+    csrc/cpu/rssm_cuda_bind.cpp) on the emulated kernels, so that the Python wrapper
+    metacog_fast/kernels/rssm_cuda.py runs end to end on the CPU."""
+
+    W_COUNT = 35
+    PERSISTENT_MAX_B = 8
+
+    def __init__(self, emu: EmuRssm):
+        self.e, self.ct = emu, emu.ct
+
+    def _d(self, dims):
+        return (self.ct.c_int * 9)(*dims)
+
+    def _w(self, w):
+        return (self.ct.c_uint64 * len(w))(*w), len(w)
+
+    def _u(self, *xs):
+        return [self.ct.c_uint64(x) for x in xs]
+
+    def workspace_floats(self, dims, B):
+        return self.e.lib.metacog_emu_workspace_floats(self._d(dims), B)
+
+    def img_step(self, dims, w, B, h, z, a, u, embed, obs, h_out, z_out, logits_out, ws, stream):
+        self.e._check(self.e.lib.metacog_emu_img_step(self._d(dims), *self._w(w), B, *self._u(h, z, a, u, embed),
+                                                      int(obs), *self._u(h_out, z_out, logits_out, ws), self.e.err,
+                                                      1024))
+
+    def imagine(self, dims, w, B, H, h0, z0, eps, u, hs, zs, acts, ws, stream):
+        self.e._check(self.e.lib.metacog_emu_imagine(self._d(dims), *self._w(w), B, H,
+                                                     *self._u(h0, z0, eps, u, hs, zs, acts, ws), self.e.err, 1024))
+
+    def self_assess(self, dims, w, B, s, psi, grad, ws, stream):
+        self.e._check(self.e.lib.metacog_emu_self_assess(self._d(dims), *self._w(w), B, *self._u(s, psi, grad, ws),
+                                                         self.e.err, 1024))
+
+    def self_regulate(self, dims, w, B, H, beta, h, z, eps, a_out, h_out, trace, ws, stream):
+        self.e._check(self.e.lib.metacog_emu_self_regulate(self._d(dims), *self._w(w), B, H, self.ct.c_float(beta),
+                                                           *self._u(h, z, eps, a_out, h_out, trace, ws), self.e.err,
+                                                           1024))
+
+
+def test_wrapper_runs_on_emulated_kernels(emu, w_emu, monkeypatch):
+    import contextlib
+
+    from metacog_fast.kernels import rssm_cuda
+
+    monkeypatch.setattr(rssm_cuda, "_ext", lambda: _EmuExt(emu))
+    monkeypatch.setattr(rssm_cuda, "_device_of", lambda x, name: x.device)
+    monkeypatch.setattr(rssm_cuda, "_stream", lambda dev: 0)
+    monkeypatch.setattr(rssm_cuda, "_on_device", lambda dev: contextlib.nullcontext())
+    monkeypatch.setattr(rssm_cuda, "_PACKS", {})
+    monkeypatch.setattr(rssm_cuda, "_WS", {})
+    B, H = 2, 1
+    h, z, a, u, e = inputs(ODD, B, seed=15, device="cpu")
+    got = rssm_cuda.obs_step(w_emu, h, z, a, e, u)
+    want = ref.obs_step(w_emu, h, z, a, e, u, ODD["C"])
+    close(got[0], want[0])
+    assert torch.equal(got[1], want[1])
+    close(got[2], want[2])
+    s = torch.cat([h, z], -1)
+    psi, g = rssm_cuda.self_assess(w_emu, s, grad=True)
+    rpsi, rg = ref.self_assess(w_emu, s, grad=True)
+    close(psi, rpsi)
+    grad_close(g, rg)
+    gen = torch.Generator().manual_seed(16)
+    eps, uu = torch.randn(H, B, ODD["A"], generator=gen), torch.rand(H, B, ODD["S"], generator=gen)
+    for x, y in zip(rssm_cuda.imagine(w_emu, h, z, eps, uu), ref.imagine(w_emu, h, z, eps, uu, ODD["C"])):
+        close(x, y)
+    eps = torch.randn(H + 1, B, ODD["A"], generator=gen)
+    out = rssm_cuda.self_regulate(w_emu, h, z, H, 0.5, eps, trace=True)
+    for x, y in zip(out, ref.self_regulate(w_emu, h, z, H, 0.5, eps, None, ODD["C"], trace=True)):
+        close(x, y)
+    with pytest.raises(ValueError, match="^u: last axis S=3 must divide Z=20"):
+        rssm_cuda.img_step(w_emu, h, z, a, u[:, :3])
+
+
 def test_emulated_rejects_bad_sizes(emu, w_emu):
     h, z, a, u, _ = inputs(ODD, 2, device="cpu")
     with pytest.raises(RuntimeError, match="Z must equal S\\*C"):

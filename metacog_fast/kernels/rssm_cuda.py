@@ -126,6 +126,11 @@ def _stream(device: torch.device) -> int:
     return int(torch.cuda.current_stream(device).cuda_stream)
 
 
+def _on_device(device: torch.device):
+    """Make ``device`` current for the kernel launch (the runtime launches on the current device)."""
+    return torch.cuda.device(device)
+
+
 def _split_u(u: torch.Tensor, lead: tuple[int, ...], Z: int) -> tuple[int, int]:
     if u.dim() != len(lead) + 1 or tuple(u.shape[:-1]) != lead:
         raise ValueError(f"u: expected shape {list(lead) + ['S']}, got {list(u.shape)}")
@@ -153,7 +158,7 @@ def _step(w, h, z, a, u, embed, obs: bool):
     hn = torch.empty(B, dims.D, device=dev, dtype=torch.float32)
     zn = torch.empty(B, dims.Z, device=dev, dtype=torch.float32)
     lo = torch.empty(B, dims.Z, device=dev, dtype=torch.float32)
-    with torch.cuda.device(dev):
+    with _on_device(dev):
         _ext().img_step(list(dt), pack.ptrs, B, h.data_ptr(), z.data_ptr(), a.data_ptr(), u.data_ptr(),
                         embed.data_ptr() if obs else 0, obs, hn.data_ptr(), zn.data_ptr(), lo.data_ptr(),
                         _workspace(dt, B, dev).data_ptr(), _stream(dev))
@@ -193,7 +198,7 @@ def imagine(w: Mapping[str, torch.Tensor], h0: torch.Tensor, z0: torch.Tensor, e
         return hs, zs, acts
     dt = _dims_tuple(dims, S, C)
     pack = _pack(w, dims, dev)
-    with torch.cuda.device(dev):
+    with _on_device(dev):
         _ext().imagine(list(dt), pack.ptrs, B, H, h0.data_ptr(), z0.data_ptr(), eps.data_ptr(), u.data_ptr(),
                        hs.data_ptr(), zs.data_ptr(), acts.data_ptr(), _workspace(dt, B, dev).data_ptr(), _stream(dev))
     return hs, zs, acts
@@ -211,7 +216,7 @@ def self_assess(w: Mapping[str, torch.Tensor], s: torch.Tensor, grad: bool = Fal
     pack = _pack(w, dims, dev)
     psi = torch.empty(B, dims.N, device=dev, dtype=torch.float32)
     g = torch.empty(B, dims.D + dims.Z, device=dev, dtype=torch.float32) if grad else None
-    with torch.cuda.device(dev):
+    with _on_device(dev):
         _ext().self_assess(list(dt), pack.ptrs, B, s.data_ptr(), psi.data_ptr(), 0 if g is None else g.data_ptr(),
                            _workspace(dt, B, dev).data_ptr(), _stream(dev))
     return (psi, g) if grad else psi
@@ -234,7 +239,7 @@ def self_regulate(w: Mapping[str, torch.Tensor], h: torch.Tensor, z: torch.Tenso
     a_t = torch.empty(B, dims.A, device=dev, dtype=torch.float32)
     h_next = torch.empty(B, dims.D, device=dev, dtype=torch.float32)
     tr = torch.empty(H, B, dims.N, device=dev, dtype=torch.float32) if trace else None
-    with torch.cuda.device(dev):
+    with _on_device(dev):
         _ext().self_regulate(list(dt), pack.ptrs, B, H, float(beta), h.data_ptr(), z.data_ptr(), eps.data_ptr(),
                              a_t.data_ptr(), h_next.data_ptr(), 0 if tr is None else tr.data_ptr(),
                              _workspace(dt, B, dev).data_ptr(), _stream(dev))
