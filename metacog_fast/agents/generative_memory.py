@@ -83,9 +83,11 @@ class MemoryStream:
         return [float(m.importance if m.importance is not None else self.importance_cache.get(m.text, 3))
                 for m in items]
 
-    def commit(self, items: list[PendingMemory], now: float, extra_queries: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+    def commit(self, items: list[PendingMemory], now: float, extra_queries: Sequence[str] = (),
+               importance: Sequence[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Embed ``items`` and ``extra_queries`` in one encoder call, add the items in one store call.
 
+        ``importance`` [N]: already computed values (else :meth:`importance` is called).
         Returns (ids [N], query embeddings [len(extra_queries), D]).
         """
         texts = [m.text for m in items] + list(extra_queries)
@@ -95,7 +97,9 @@ class MemoryStream:
         n = len(items)
         ids = np.empty(0, np.int64)
         if n:
-            imp = self.importance(items)
+            imp = list(importance) if importance is not None else self.importance(items)
+            if len(imp) != n:
+                raise ValueError(f"importance: expected {n} values, got {len(imp)}")
             ids = self.store.add(emb[:n], imp, now, [m.agent for m in items], [m.kind for m in items],
                                  text=[m.text for m in items], location=[m.location for m in items])
             for i, m in zip(ids.tolist(), items):

@@ -10,7 +10,8 @@ One step (``Simulation.step``):
    the unbatched baseline of the benchmark);
 3. thinking: every agent's :meth:`GenerativeAgent.think` runs in a thread pool
    (LLM calls concurrent over HTTP, serialised on the embedded model); after
-   ``step_budget`` seconds the step goes on, pending jobs are cancelled, and an agent
+   ``step_budget`` seconds from the start of the step it goes on (importance ratings may use
+   a quarter of it, later ones land as corrections), pending jobs are cancelled, and an agent
    without an answer continues its current plan;
 4. acting: movement along shortest paths, conversations, object use, scenario
    actions; then the scenario's non-player rules (zombies);
@@ -117,6 +118,9 @@ class Simulation:
         self.events_prev: list[tuple[str, list[str]]] = []  # (text, witnesses-or-[]=all-nearby)
         self.bodies: list[tuple[str, tuple[int, int]]] = []
         self.late = 0
+        self._deadline = 0.0
+        self._late_lock = threading.Lock()
+        self._provisional: dict[str, list[int]] = {}
         self.fallbacks = 0
         self.budget_spent = False
         self._pool = cf.ThreadPoolExecutor(max_workers=max(1, self.cfg.llm_workers), thread_name_prefix="agent")
@@ -148,7 +152,7 @@ class Simulation:
         return (t0 + _dt.timedelta(seconds=self.now())).strftime("%H:%M")
 
     def place_of(self, pos: tuple[int, int]) -> str:
-        return self.world.location_at(*pos) or "the street"
+        return self.world.location_at(*pos) or "street"
 
     # ------------------------------------------------------------------ LLM helpers
     def _rate_importance(self, pairs: list[tuple[str, str]]) -> list[int | None]:
@@ -163,7 +167,35 @@ class Simulation:
                 self.budget_spent = True
                 return None
 
-        return list(self._pool.map(one, pairs))
+        futures = [self._pool.submit(one, p) for p in pairs]
+        # Importance ratings may use a quarter of the step budget; thinking gets the rest.
+        done, _ = cf.wait(futures, timeout=None if self.cfg.step_budget is None else self._remaining() * 0.25)
+        out: list[int | None] = []
+        for f, (_, text) in zip(futures, pairs):
+            if f in done:
+                out.append(f.result())
+            else:
+                # Past the step budget: stored with a provisional importance, corrected when the rating lands.
+                out.append(None)
+                f.add_done_callback(lambda fut, t=text: self._late_importance(t, fut))
+        return out
+
+    def _late_importance(self, text: str, fut: cf.Future) -> None:
+        if fut.cancelled() or fut.exception() is not None or fut.result() is None:
+            return
+        value = int(min(10, max(1, fut.result())))
+        with self._late_lock:
+            self.memory.importance_cache[text] = value
+            ids = self._provisional.pop(text, [])
+        if ids:
+            self.store.update_importance(ids, float(value))
+
+    def _note_provisional(self, items: list[PendingMemory], ids: np.ndarray) -> None:
+        """Remember ids stored with a provisional importance (rating still running)."""
+        with self._late_lock:
+            for i, m in zip(ids.tolist(), items):
+                if m.importance is None and m.text not in self.memory.importance_cache:
+                    self._provisional.setdefault(m.text, []).append(i)
 
     # ------------------------------------------------------------------ perception
     def perceive(self) -> dict[str, list[str]]:
@@ -242,32 +274,33 @@ class Simulation:
         now = self.now()
         k = self.cfg.agent.retrieve_k
         e0, t0 = self.encoder.seconds, time.perf_counter()
-        ti = self._importance_time(items)
+        ti0 = time.perf_counter()
+        imp = self.memory.importance(items)
+        ti = time.perf_counter() - ti0
         out: dict[str, list[str]] = {}
         if self.cfg.batched:
             queries = [self.situation_query(a, notices.get(a.name, [])) for a in alive]
-            _, q = self.memory.commit(items, now, queries)
+            ids, q = self.memory.commit(items, now, queries, imp)
+            self._note_provisional(items, ids)
             for i, a in enumerate(alive):
                 out[a.name] = self.memory.retrieve(a.name, q[i: i + 1], k, now)[0]
         else:
             for a in alive:
-                mine = [m for m in items if m.agent == a.name]
-                _, q = self.memory.commit(mine, now, [self.situation_query(a, notices.get(a.name, []))])
+                sel = [j for j, m in enumerate(items) if m.agent == a.name]
+                mine = [items[j] for j in sel]
+                ids, q = self.memory.commit(mine, now, [self.situation_query(a, notices.get(a.name, []))],
+                                            [imp[j] for j in sel])
+                self._note_provisional(mine, ids)
                 out[a.name] = self.memory.retrieve(a.name, q, k, now)[0]
-        for m in items:
+        for m, v in zip(items, imp):
             a = self.by_name.get(m.agent)
             if a is not None:
-                a.mind.importance_acc += self.memory.importance_cache.get(m.text, m.importance or 3)
+                a.mind.importance_acc += v
         total = time.perf_counter() - t0
         t.embedding += self.encoder.seconds - e0
         t.importance_llm += ti
         t.memory += total - (self.encoder.seconds - e0) - ti
         return out
-
-    def _importance_time(self, items: list[PendingMemory]) -> float:
-        t0 = time.perf_counter()
-        self.memory.importance(items)  # fills the cache; commit() then only looks up
-        return time.perf_counter() - t0
 
     # ------------------------------------------------------------------ options
     def options(self, a: GenerativeAgent, notices: list[str]) -> list[Action]:
@@ -337,7 +370,7 @@ class Simulation:
                 listener_heads={b.name: heads[b.name] for b in self._agents_near(a, self.sc.perception_range)},
             )
             futures[self._pool.submit(a.think, ctx, self.llm, self.memory, cancel)] = a
-        done, not_done = cf.wait(futures, timeout=self.cfg.step_budget)
+        done, not_done = cf.wait(futures, timeout=None if self.cfg.step_budget is None else self._remaining())
         cancel.set()
         for f in not_done:
             f.cancel()
@@ -445,9 +478,14 @@ class Simulation:
                         self.party_attended.add(a.name)
 
     # ------------------------------------------------------------------ step / run
+    def _remaining(self) -> float:
+        return max(0.0, self._deadline - time.perf_counter())
+
     def step(self) -> StepTiming:
+        """Advance one step; with ``step_budget`` every LLM wait of the step ends at one deadline."""
         t = StepTiming()
         t0 = time.perf_counter()
+        self._deadline = t0 + (self.cfg.step_budget or 0.0)
         notices = self.perceive()
         t.perception = time.perf_counter() - t0
         memories = self.memory_phase(notices, t)

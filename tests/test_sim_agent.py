@@ -1,0 +1,114 @@
+"""The generative agent with the real embedded LLM (SmolLM2-135M via llama.cpp) and the
+real MiniLM encoder: progress self-rating triggering meta_cognize below the threshold,
+questions changing over time, meta memories retrieved, the step time budget, the judge."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from metacog_fast.agents.generative import Action, AgentConfig, Features, GenerativeAgent, StepContext
+from metacog_fast.sim import load_scenario
+from metacog_fast.sim.engine import SimConfig, Simulation
+from metacog_fast.sim.evaluation import CRITERIA, culprit_named, judge
+from metacog_fast.sim.llm_adapter import SimLLM
+
+
+@pytest.fixture(scope="module")
+def llm():
+    pytest.importorskip("llama_cpp")
+    from metacog_fast.llm import open_llm
+
+    backend = open_llm(n_threads=2)
+    yield SimLLM(backend)
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    from metacog_fast.scoring.encoder import MiniLMEncoder
+
+    return MiniLMEncoder()
+
+
+def _ctx(step: int, places: list[str]) -> StepContext:
+    return StepContext(step=step, now=step * 10.0, clock="08:00", place="Park",
+                       premise="A zombie apocalypse has started in town.",
+                       notices=["2 zombies near the Park"], memories=["Ada noticed: 2 zombies near the Park"],
+                       options=[Action("stay", "stay where I am"), Action("move", "go to the Bunker", "Bunker")],
+                       places=places, meta_questions=["How can I survive this zombie apocalypse?",
+                                                      "Where should I go for safety?"])
+
+
+def test_progress_rating_below_threshold_triggers_meta_cognize(tmp_path, llm, encoder):
+    sim = Simulation(load_scenario("zombie", n_agents=1), None, encoder, str(tmp_path), SimConfig(use_llm=False))
+    feats = Features(memory=True, reflection=False, planning=False, metacognition=True)
+    always = GenerativeAgent("Ada", "Ada is a nurse.", "calm", "", "survivor", (3, 12), feats,
+                             AgentConfig(progress_every=2, progress_threshold=11))  # every rating (1-10) is below 11
+    llm.reset()
+    d1 = always.think(_ctx(2, sim.places), llm, sim.memory)
+    assert d1.metacognized
+    kinds = [k for k, _ in d1.events]
+    assert kinds[0] == "progress" and "meta" in kinds and "strategy" in kinds
+    assert 1 <= d1.mind.progress[-1][1] <= 10
+    meta = [m for m in d1.memories if m.kind == "meta"]
+    assert any("rated own progress" in m.text for m in meta) and any("asked themself" in m.text for m in meta)
+    assert d1.mind.goal  # started without a goal: meta_cognize sets one
+    assert d1.mind.target in sim.places
+    assert always.mind.goal == "" and not always.mind.asked  # think works on a copy until applied
+    always.apply(d1, 2)
+    # the answers are meta memories that retrieval brings back for the question
+    sim.memory.commit(d1.memories, 20.0)
+    q = always.mind.asked[-1]
+    got = sim.memory.retrieve_kinds("Ada", sim.memory.encoder.encode([q]), 3, 30.0)[0]
+    assert any(kind == "meta" and q in text for kind, text in got)
+    # the next session asks questions it has not asked in the previous one
+    d2 = always.think(_ctx(4, sim.places), llm, sim.memory)
+    new = d2.mind.asked[len(d1.mind.asked):]
+    assert new and not set(new) & set(d1.mind.asked[-2:])
+    # with a threshold of 1 no rating is below it: progress is rated, meta_cognize does not run
+    never = GenerativeAgent("Ben", "Ben is a student.", "brave", "stay alive", "survivor", (3, 12), feats,
+                            AgentConfig(progress_every=2, progress_threshold=1))
+    d3 = never.think(_ctx(2, sim.places), llm, sim.memory)
+    assert [k for k, _ in d3.events] == ["progress"] and not d3.metacognized
+    assert d3.mind.goal == "stay alive"
+    assert llm.cost.by_purpose["progress"] == 6 and llm.cost.calls > 10
+    sim.close()
+
+
+def test_step_budget_agents_continue_their_plan(tmp_path, llm, encoder):
+    sc = load_scenario("zombie", n_agents=3, seed=1)
+    sim = Simulation(sc, llm, encoder, str(tmp_path), SimConfig(step_budget=0.001, llm_workers=3))
+    sim.horde.pos = sim.horde.pos[:0]
+    for a, place in zip(sim.agents, ("Bunker", "Hospital", "Shop")):
+        a.mind.target = place
+    before = [a.pos for a in sim.agents]
+    sim.step()
+    assert sim.late >= 2 and sim.fallbacks >= 2  # one job may have finished; the serialised others cannot
+    fields = [sim.world.location_field(p) for p in ("Bunker", "Hospital", "Shop")]
+    for a, b, f in zip(sim.agents, before, fields):
+        if a.action.kind == "continue":
+            assert f[a.pos[1], a.pos[0]] < f[b[1], b[0]]  # walked toward the plan's target
+    sim.close()
+
+
+def test_judge_saves_prompts_and_scores(tmp_path, llm, encoder):
+    sim = Simulation(load_scenario("zombie", n_agents=2), None, encoder, str(tmp_path), SimConfig(use_llm=False))
+    sim.run(2)
+    run = json.load(open(sim.save()))
+    sim.close()
+    answers = [{"agent": "Ada", "question": "Did you accomplish your goal?", "answer_type": "yesno", "answer": "no"}]
+    res = judge(llm, run, answers)
+    assert set(CRITERIA) <= set(res)
+    for c in CRITERIA:
+        assert 1 <= res[c]["score"] <= 10 and CRITERIA[c] in res[c]["prompt"] and len(res[c]["logprobs"]) == 10
+        assert res[c]["score"] - 1 == max(range(10), key=lambda i: (res[c]["logprobs"][i], -i))
+    assert res["mean"] == sum(res[c]["score"] for c in CRITERIA) / 5
+
+
+def test_culprit_metric():
+    ans = [{"agent": "Iris", "answer_type": "agents", "answer": "Victor"},
+           {"agent": "Gus", "answer_type": "agents", "answer": "Iris"},
+           {"agent": "Victor", "answer_type": "agents", "answer": "Gus"},
+           {"agent": "Gus", "answer_type": "text", "answer": "Victor"}]
+    assert culprit_named(ans, "Victor") == {"asked": 2, "named_culprit": ["Iris"], "rate": 0.5}

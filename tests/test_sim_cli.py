@@ -1,0 +1,44 @@
+"""The sim CLI: argument wiring (standalone and under another parser) and ``sim report``."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import pytest
+
+from metacog_fast.sim import load_scenario
+from metacog_fast.sim.cli import add_arguments, main, report
+from metacog_fast.sim.engine import SimConfig, Simulation
+
+
+def test_add_arguments_under_another_parser():
+    parser = argparse.ArgumentParser(prog="metacog")
+    add_arguments(parser.add_subparsers(dest="cmd"))
+    a = parser.parse_args(["sim", "--scenario", "mystery", "--agents", "4", "--steps", "7", "--no-metacognition"])
+    assert (a.scenario, a.agents, a.steps, a.no_metacognition, a.sim_cmd) == ("mystery", 4, 7, True, None)
+    b = parser.parse_args(["sim", "ablate", "--scenario", "zombie", "--runs", "3", "--configs", "all,memory_only"])
+    assert (b.sim_cmd, b.runs, b.configs) == ("ablate", 3, "all,memory_only")
+    c = parser.parse_args(["sim", "report", "some/run"])
+    assert (c.sim_cmd, c.run) == ("report", "some/run")
+
+
+def test_report_of_a_saved_run(tmp_path):
+    from metacog_fast.scoring.encoder import MiniLMEncoder
+
+    sim = Simulation(load_scenario("party", n_agents=3), None, MiniLMEncoder(), str(tmp_path), SimConfig(use_llm=False))
+    sim.run(2)
+    sim.save()
+    sim.close()
+    text = report(str(tmp_path))
+    assert "scenario party" in text and "attendance_rate" in text and "Hana (host" in text
+    assert os.path.isfile(tmp_path / "viewer.html")
+    assert main(["sim", "report", str(tmp_path / "run.json")]) == 0
+
+
+def test_report_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="expected a run folder with run.json"):
+        report(str(tmp_path))
+    (tmp_path / "run.json").write_text("{not json")
+    with pytest.raises(ValueError, match="malformed JSON"):
+        report(str(tmp_path))
