@@ -56,6 +56,7 @@ class ProtocolRunner:
         self.progress = progress
         self.latest = self.run_dir / "ckpt" / "latest"
         self.pretrained_stem = Path(pretrained) if pretrained is not None else self.run_dir / "pretrained"
+        self._adapt_only = pretrained is not None
         torch.set_num_threads(max(1, cfg.torch_threads))
         if self.latest.with_suffix(".json").exists():
             saved, doc = ck.read_config(self.latest)
@@ -149,8 +150,10 @@ class ProtocolRunner:
 
     def _total_episodes(self) -> int:
         c = self.cfg
-        return (len(c.train_tasks) * c.scripted.episodes_per_task + c.pretrain_episodes
-                + len(c.novel_tasks) * c.adapt_episodes)
+        adapt = len(c.novel_tasks) * c.adapt_episodes
+        if self._adapt_only:
+            return adapt
+        return len(c.train_tasks) * c.scripted.episodes_per_task + c.pretrain_episodes + adapt
 
     def _done_episodes(self) -> int:
         return self.state["scripted"] + self.state["agent_episodes"] + len(self.state["records"])
