@@ -81,3 +81,32 @@ def test_console_script_entry_point():
 
     eps = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
     assert eps.get("metacog") == "metacog_fast.cli.main:main"
+
+
+def test_contributed_commands_are_listed_but_not_imported():
+    code = (
+        "import sys; from metacog_fast.cli.main import build_parser; h = build_parser().format_help(); "
+        "print(all(c in h for c in ('sim', 'train', 'adapt')), "
+        "any(m in sys.modules for m in ('metacog_fast.sim.cli', 'metacog_fast.train.cli')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "False"]
+
+
+@pytest.mark.parametrize("argv, expected", [(["sim", "--help"], "--scenario"),
+                                            (["train", "metaworld", "--help"], "--profile"),
+                                            (["adapt", "metaworld", "--help"], "--checkpoint")])
+def test_contributed_commands_load_when_chosen(argv, expected, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 0
+    assert expected in capsys.readouterr().out
+
+
+def test_demo_agent_part_muse_wm(tmp_path, capsys):
+    out = tmp_path / "demo.json"
+    assert main(["demo", "--no-progress", "--parts", "muse_wm", "--muse-wm-steps", "3", "--out", str(out)]) == 0
+    part = json.loads(out.read_text())["parts"]["muse_wm"]
+    assert part["steps"] == 3 and part["decisions_per_second"] > 0 and part["n_episodes"] == 1
+    assert "muse_wm" in capsys.readouterr().out

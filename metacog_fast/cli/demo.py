@@ -18,7 +18,7 @@ from metacog_fast.cli.io import write_json_atomic
 from metacog_fast.envs.base import EnvSetupError
 
 # Modules that register demo parts on import; later issues append theirs here.
-PART_MODULES = ("metacog_fast.cli.demo_envs",)
+PART_MODULES = ("metacog_fast.cli.demo_envs", "metacog_fast.cli.demo_agents")
 
 
 def load_parts() -> None:
@@ -52,6 +52,10 @@ def _progress_factory(enabled: bool) -> Any:
     return make
 
 
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def _print_summary(results: dict[str, dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -68,13 +72,16 @@ def _print_summary(results: dict[str, dict[str, Any]]) -> None:
             note = f"cached reset {r['cached_reset_seconds']:.3f} s vs first {r['first_reset_seconds_mean']:.3f} s"
         elif "mean_score" in r:
             note = f"mean score {r['mean_score']:.1f}"
+        elif "decisions_per_second" in r:
+            note = f"{r['decisions_per_second']:.1f} decisions/s ({r.get('backend')} backend)"
+        success = r.get("success_rate")
         t.add_row(
             name,
-            str(r["n_episodes"]),
-            f"{100 * r['success_rate']:.0f} %",
-            f"{r['steps_per_second']:.1f}",
-            f"{r['mean_reset_seconds']:.3f}",
-            f"{r['wall_seconds']:.1f}",
+            _fmt(r.get("n_episodes"), "d"),
+            "-" if success is None else f"{100 * success:.0f} %",
+            _fmt(r.get("steps_per_second"), ".1f"),
+            _fmt(r.get("mean_reset_seconds"), ".3f"),
+            _fmt(r.get("wall_seconds"), ".1f"),
             note,
         )
     Console().print(t)

@@ -1,0 +1,70 @@
+"""Commands other parts of the package contribute to ``metacog``, imported only when run.
+
+Their modules pull torch and models (seconds to import), so ``metacog info`` / ``demo`` and
+``metacog --help`` must not import them: until its command is chosen, each appears as a
+placeholder subparser carrying only its help line.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class ExternalCommand:
+    """A ``metacog <name>`` command whose code lives in another module."""
+
+    name: str
+    """Sub-command name."""
+    help: str
+    """Help line shown in ``metacog --help`` (without importing the module)."""
+    attach: str
+    """``"module:function"``; ``function(subparsers)`` adds the ``name`` parser and sets ``func``
+    (``func(args) -> int | None``)."""
+
+    def load(self) -> Callable[[Any], Any]:
+        module, func = self.attach.split(":")
+        return getattr(importlib.import_module(module), func)
+
+
+def _attach_train(subparsers: Any) -> argparse.ArgumentParser:
+    """``metacog train metaworld ...`` -> :func:`metacog_fast.train.cli.run_train`."""
+    from metacog_fast.train import cli as train_cli
+
+    p = subparsers.add_parser("train", help=EXTERNAL_COMMANDS["train"].help)
+    sub = p.add_subparsers(dest="train_env", required=True, metavar="{metaworld}")
+    mw = sub.add_parser("metaworld", help="MUSE-WM / Dreamer-v3 pre-deployment + adaptation on Meta-World")
+    train_cli.add_train_arguments(mw)
+    mw.set_defaults(func=lambda args: _ran(train_cli.run_train(args)))
+    return p
+
+
+def _attach_adapt(subparsers: Any) -> argparse.ArgumentParser:
+    """``metacog adapt metaworld ...`` -> :func:`metacog_fast.train.cli.run_adapt`."""
+    from metacog_fast.train import cli as train_cli
+
+    p = subparsers.add_parser("adapt", help=EXTERNAL_COMMANDS["adapt"].help)
+    sub = p.add_subparsers(dest="adapt_env", required=True, metavar="{metaworld}")
+    mw = sub.add_parser("metaworld", help="deployment adaptation on the novel tasks from a pre-trained checkpoint")
+    train_cli.add_adapt_arguments(mw)
+    mw.set_defaults(func=lambda args: _ran(train_cli.run_adapt(args)))
+    return p
+
+
+def _ran(_result: Any) -> int:
+    return 0
+
+
+EXTERNAL_COMMANDS: dict[str, ExternalCommand] = {
+    c.name: c
+    for c in (
+        ExternalCommand("sim", "town simulation of generative agents with metacognition (paper 001)",
+                        "metacog_fast.sim.cli:add_arguments"),
+        ExternalCommand("train", "train MUSE-WM / Dreamer-v3 on Meta-World (SPEC §3 protocol)",
+                        "metacog_fast.cli.commands:_attach_train"),
+        ExternalCommand("adapt", "adapt a pre-trained MUSE-WM / Dreamer-v3 to the novel Meta-World tasks",
+                        "metacog_fast.cli.commands:_attach_adapt"),
+    )
+}
