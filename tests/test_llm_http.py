@@ -308,3 +308,25 @@ def test_http_uri_errors():
         open_llm("http://127.0.0.1:1/v1", constrained="regex")
     with pytest.raises(TypeError, match="unknown option"):
         open_llm("http://127.0.0.1:1/v1", n_gpu_layers=3)
+
+
+def test_native_n_from_one_response_and_token_totals():
+    seen = []
+
+    class Multi(_Handler):
+        def do_POST(self):
+            req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(req)
+            self._send(200, {"choices": [{"text": f" s{i}", "index": i, "finish_reason": "length"} for i in range(req["n"])],
+                             "usage": {"prompt_tokens": 4, "completion_tokens": 7 * req["n"]}})
+
+    srv, url = _serve(Multi)
+    try:
+        llm = open_llm(url, model="m", extra_body={"top_k": 5})
+        out = llm.complete("hi", n=3, max_tokens=7, temperature=0.7, seed=9, stop="\n")
+        assert [c.text for c in out] == [" s0", " s1", " s2"] and len(seen) == 1
+        assert seen[0]["n"] == 3 and seen[0]["seed"] == 9 and seen[0]["stop"] == ["\n"] and seen[0]["top_k"] == 5
+        assert all(c.completion_tokens is None and c.finish_reason == "length" for c in out)
+        assert llm.history[-1].completion_tokens == 21 and llm.usage.completion_tokens == 21
+    finally:
+        srv.shutdown()

@@ -50,6 +50,11 @@ def test_environment_selects_the_backend(monkeypatch):
         assert llm.complete("Hi", max_tokens=1)[0].completion_tokens == 1
     finally:
         llm.close()
+    llm.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        llm.complete("Hi", max_tokens=1)
+    with pytest.raises(RuntimeError, match="closed"):
+        llm.choose("Hi", [" a", " b"])
 
 
 def test_missing_gguf_names_the_path(tmp_path):

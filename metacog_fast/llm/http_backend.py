@@ -163,6 +163,8 @@ class HttpLLM(LLM):
             prefill = timings.get("prompt_ms")
             decode = timings.get("predicted_ms")
             cached = timings.get("cache_n")
+            if total_completion is not None and len(choices) > 1:
+                self._unattributed_tokens += int(total_completion)
             out = []
             for c in choices:
                 text = c["message"]["content"] if chat else c["text"]

@@ -102,6 +102,7 @@ class LlamaCppLLM(LLM):
         return self._llama
 
     def close(self) -> None:
+        super().close()
         ll = getattr(self, "_llama", None)
         if ll is not None:
             ll.close()

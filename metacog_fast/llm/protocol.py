@@ -60,6 +60,10 @@ class LLM(ABC):
         self.usage = Usage()
         self.history: list[CallRecord] = []
         self._history_size = history_size
+        self._closed = False
+        # Generated tokens a backend could not attribute to single samples (a server reporting
+        # only the total of n samples); added to the call's record.
+        self._unattributed_tokens = 0
         # Seeds for calls with seed=None: reproducible per backend instance.
         self._rng = random.Random(seed)
 
@@ -120,6 +124,7 @@ class LLM(ABC):
         """
         check_prompt(prompt)
         opts = check_options(options)
+        self._ensure_open()
         self.usage.check(self.budget)
         t0 = time.perf_counter()
         res = self._score(prompt, opts)
@@ -139,7 +144,12 @@ class LLM(ABC):
         return Choice(best, list(res.logprobs))
 
     def close(self) -> None:
-        """Release the model or connection (idempotent)."""
+        """Release the model or connection (idempotent); later calls raise RuntimeError."""
+        self._closed = True
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"LLM backend {getattr(self, 'uri', type(self).__name__)} is closed")
 
     def __enter__(self) -> "LLM":
         return self
@@ -186,7 +196,9 @@ class LLM(ABC):
         return params
 
     def _call(self, kind: str, fn: Any, n: int) -> list[Completion]:
+        self._ensure_open()
         self.usage.check(self.budget)
+        self._unattributed_tokens = 0
         t0 = time.perf_counter()
         out: list[Completion] = fn()
         dt = time.perf_counter() - t0
@@ -195,7 +207,7 @@ class LLM(ABC):
             CallRecord(
                 kind=kind,
                 prompt_tokens=first.prompt_tokens,
-                completion_tokens=sum(c.completion_tokens or 0 for c in out),
+                completion_tokens=sum(c.completion_tokens or 0 for c in out) + self._unattributed_tokens,
                 seconds=dt,
                 n=n,
                 prefill_seconds=first.prefill_seconds,
