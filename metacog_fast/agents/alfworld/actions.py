@@ -1,0 +1,101 @@
+"""Parsing LLM output into commands, and the admissible-action mapping option.
+
+Modes (``AgentConfig.map_actions``, a reported configuration):
+
+* ``"none"``   the cleaned text is sent as is (ALFWorld answers "Nothing happens." to invalid ones);
+* ``"embed"``  exact match first, else the admissible command nearest by MiniLM cosine;
+* ``"choose"`` exact match first, else the LLM's likelihood ranking of the admissible commands as
+  continuations of the actor prompt (``LLM.choose``).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+
+def clean_action(text: str) -> str:
+    """First line of a generation, without a leading ``>``, trailing period or extra spaces."""
+    line = text.strip().split("\n", 1)[0].strip()
+    while line.startswith(">"):
+        line = line[1:].strip()
+    line = line.rstrip(".").strip()
+    return " ".join(line.split())
+
+
+def is_think(text: str) -> bool:
+    return clean_action(text).lower().startswith("think:")
+
+
+def parse_rollout(text: str, max_pairs: int) -> list[tuple[str, str]]:
+    """(action, observation) pairs of a rollout generated after ``> ``: the first line is the
+    action, the next non-command lines its observation, then ``> action`` lines again."""
+    pairs: list[tuple[str, str]] = []
+    action: str | None = None
+    obs: list[str] = []
+    first = True
+    for raw in text.split("\n"):
+        line = raw.strip()
+        if first:
+            first = False
+            action = clean_action(line) or None
+            continue
+        if line.startswith(">"):
+            if action:
+                pairs.append((action, " ".join(obs)))
+            if len(pairs) >= max_pairs:
+                return pairs
+            action, obs = clean_action(line) or None, []
+        elif line.startswith("###"):
+            break
+        elif line:
+            obs.append(line)
+    if action and len(pairs) < max_pairs:
+        pairs.append((action, " ".join(obs)))
+    return pairs
+
+
+@dataclass
+class Mapped:
+    """A proposed action after the mapping."""
+
+    action: str
+    """Command sent to the environment."""
+    proposed: str
+    """Cleaned LLM text."""
+    how: str
+    """"exact", "embed", "choose" or "raw"."""
+    seconds: float
+    """Wall time of the mapping (LLM time of "choose" included; subtract it for agent time)."""
+
+
+class ActionMapper:
+    """Maps proposals to admissible commands according to ``mode``."""
+
+    def __init__(self, mode: str, encoder: Any = None, llm: Any = None) -> None:
+        if mode not in ("embed", "choose", "none"):
+            raise ValueError(f"mode: expected 'embed', 'choose' or 'none', got {mode!r}")
+        if mode == "embed" and encoder is None:
+            raise ValueError("encoder: mode 'embed' needs a MiniLM encoder")
+        if mode == "choose" and llm is None:
+            raise ValueError("llm: mode 'choose' needs the LLM")
+        self.mode, self.encoder, self.llm = mode, encoder, llm
+
+    def map(self, proposed: str, admissible: Sequence[str] | None, prompt: str = "") -> Mapped:
+        t0 = time.perf_counter()
+        prop = clean_action(proposed)
+        if self.mode == "none" or not admissible:
+            return Mapped(prop or "look", prop, "raw", time.perf_counter() - t0)
+        adm = list(admissible)
+        low = {a.lower(): a for a in adm}
+        if prop.lower() in low:
+            return Mapped(low[prop.lower()], prop, "exact", time.perf_counter() - t0)
+        if self.mode == "embed":
+            e = self.encoder.encode(adm + [prop or "look"])
+            e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+            i = int(np.argmax(e[:-1] @ e[-1]))
+            return Mapped(adm[i], prop, "embed", time.perf_counter() - t0)
+        choice = self.llm.choose(prompt, [" " + a for a in adm])
+        return Mapped(adm[choice.index], prop, "choose", time.perf_counter() - t0)

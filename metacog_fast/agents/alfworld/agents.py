@@ -1,0 +1,306 @@
+"""The agents: ReAct, Reflexion, MUSE (+ lowest / random controls) and FCRF.
+
+Every agent plays an episode through the same four calls made by
+:func:`metacog_fast.agents.alfworld.episode.run_episode`:
+``begin(ctx)`` -> ``act(admissible)`` / ``observe(action, obs)`` per step -> ``end(won, pairs)``.
+``restore(records)`` rebuilds cross-episode state (reflections, lesson pool) from persisted
+episode records when a run resumes.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from metacog_fast.agents.alfworld import prompts
+from metacog_fast.agents.alfworld.actions import ActionMapper, clean_action, is_think, parse_rollout
+from metacog_fast.agents.alfworld.config import AgentConfig
+from metacog_fast.agents.alfworld.fcrf import LessonPool, deep_reflection, difficulty
+from metacog_fast.agents.alfworld.memory import ReflectionMemory
+
+
+@dataclass
+class EpisodeContext:
+    """What an agent knows when an episode starts."""
+
+    game: str
+    """Game key (task folder/trial), the unit that reflections belong to."""
+    task: str
+    """"Your task is to: ..." line."""
+    task_type: str
+    """Task type (folder prefix)."""
+    intro: str
+    """First observation without the banner."""
+    episode: int
+    """Index of this episode among the game's episodes (adaptation first, then test)."""
+
+
+@dataclass
+class Decision:
+    """One environment step's choice."""
+
+    action: str
+    """Command sent to the environment."""
+    proposed: str
+    """The LLM's text before mapping."""
+    how: str
+    """Mapping used ("exact", "embed", "choose", "raw")."""
+    thinks: list[str] = field(default_factory=list)
+    """Think lines produced before this action."""
+    map_seconds: float = 0.0
+    """Wall time of the admissible mapping (non-LLM part counts as agent time)."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """Agent-specific (MUSE: rollouts and scores)."""
+
+
+def generate_plan(llm: Any, examples: Sequence[dict[str, Any]], ctx: "EpisodeContext", notes: Sequence[str],
+                  max_tokens: int) -> str:
+    """The initial plan P of an episode (greedy), from the examples' plans and the task."""
+    out = llm.complete(prompts.plan_prompt(examples, ctx.intro, notes), max_tokens=max_tokens,
+                       stop=["\n"], temperature=0.0)
+    text = " ".join(out[0].text.split())
+    return "1. " + text if text else "1. find the object."
+
+
+class ReActAgent:
+    """ReAct: think/act lines continuing a few-shot transcript, greedy decoding."""
+
+    name = "react"
+
+    def __init__(self, llm: Any, examples: dict[str, list[dict[str, Any]]], config: AgentConfig,
+                 mapper: ActionMapper) -> None:
+        self.llm, self.examples, self.cfg, self.mapper = llm, examples, config.validate(), mapper
+        self.ctx: EpisodeContext | None = None
+        self.prefix = ""
+        self.lines: list[tuple[str, str]] = []
+
+    # -- prompt ---------------------------------------------------------------------------
+    def notes(self, ctx: EpisodeContext) -> list[str]:
+        return []
+
+    def plan(self) -> str | None:
+        return None
+
+    def begin(self, ctx: EpisodeContext) -> dict[str, Any]:
+        if ctx.task_type not in self.examples:
+            raise ValueError(f"task_type: no few-shot examples for {ctx.task_type!r}")
+        self.ctx = ctx
+        self.lines = []
+        self.prefix = prompts.actor_prefix(self.examples[ctx.task_type][: self.cfg.examples], ctx.intro,
+                                           self.notes(ctx), self.plan())
+        return {"prefix": self.prefix}
+
+    def prompt(self) -> str:
+        return self.prefix + prompts.history_text(self.lines) + ">"
+
+    def observe(self, action: str, obs: str) -> None:
+        self.lines.append((action, " ".join(obs.split())))
+
+    # -- acting ---------------------------------------------------------------------------
+    def _generate(self) -> str:
+        out = self.llm.complete(self.prompt(), max_tokens=self.cfg.action_max_tokens, stop=["\n"], temperature=0.0)
+        return out[0].text
+
+    def act(self, admissible: Sequence[str] | None) -> Decision:
+        thinks: list[str] = []
+        text = self._generate()
+        while is_think(text) and len(thinks) < self.cfg.max_thinks:
+            thinks.append(clean_action(text))
+            self.lines.append((thinks[-1], "OK."))
+            text = self._generate()
+        m = self.mapper.map(text, admissible, self.prompt())
+        return Decision(m.action, m.proposed, m.how, thinks, m.seconds)
+
+    # -- between episodes -----------------------------------------------------------------
+    def end(self, won: bool, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+        return {}
+
+    def restore(self, game: str, records: Sequence[dict[str, Any]]) -> None:
+        """Rebuild cross-episode state from ``game``'s earlier records (ReAct has none)."""
+
+
+class ReflexionAgent(ReActAgent):
+    """Reflexion: a reflection after every episode (success or failure), stored in the memory
+    store; the last ``reflections_kept`` of the task go into the next prompt."""
+
+    name = "reflexion"
+
+    def __init__(self, llm: Any, examples: dict[str, list[dict[str, Any]]], config: AgentConfig,
+                 mapper: ActionMapper, memory: ReflectionMemory, record_plan: bool = False) -> None:
+        super().__init__(llm, examples, config, mapper)
+        self.memory = memory
+        self.record_plan = record_plan
+        """Pre-deployment data collection: also write a plan P (not shown to the actor) so the
+        episode's chunks can train M_sa(I, P, tau)."""
+
+    def begin(self, ctx: EpisodeContext) -> dict[str, Any]:
+        info = super().begin(ctx)
+        if self.record_plan:
+            info["plan"] = generate_plan(self.llm, self.examples[ctx.task_type][: self.cfg.examples], ctx,
+                                         self.notes(ctx), self.cfg.plan_max_tokens)
+        return info
+
+    def notes(self, ctx: EpisodeContext) -> list[str]:
+        return self.memory.last(ctx.game, self.cfg.reflections_kept)
+
+    def reflect(self, won: bool, pairs: Sequence[tuple[str, str]]) -> str:
+        assert self.ctx is not None
+        out = self.llm.chat(prompts.reflection_messages(self.ctx.task, pairs, won),
+                            max_tokens=self.cfg.reflection_max_tokens, temperature=0.0)
+        text = " ".join(out[0].text.split())
+        return text or ("The attempt succeeded." if won else "The attempt failed.")
+
+    def end(self, won: bool, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+        assert self.ctx is not None
+        text = self.reflect(won, pairs)
+        self.memory.add(self.ctx.game, self.ctx.episode, text)
+        return {"reflection": text}
+
+    def restore(self, game: str, records: Sequence[dict[str, Any]]) -> None:
+        self.memory.clear(game)
+        for r in records:
+            text = r.get("end", {}).get("reflection")
+            if text:
+                self.memory.add(game, r["episode"], text)
+
+
+class MuseAgent(ReflexionAgent):
+    """MUSE (LLM): initial plan; per step ``rollouts`` sampled futures of (action, observation)
+    pairs from the actor LLM; M_sa scores each; the first action of the selected one is executed.
+
+    ``select``: "highest" (MUSE), "lowest" (control), "random" (control: uniform choice).
+    The scored chunk is the last executed pairs followed by the rollout's pairs, cut to the
+    scorer's chunk size (4), so it has the same form as the training chunks.
+    """
+
+    name = "muse"
+
+    def __init__(self, llm: Any, examples: dict[str, list[dict[str, Any]]], config: AgentConfig,
+                 mapper: ActionMapper, memory: ReflectionMemory, scorer: Any, select: str = "highest") -> None:
+        super().__init__(llm, examples, config, mapper, memory)
+        if select not in ("highest", "lowest", "random"):
+            raise ValueError(f"select: expected 'highest', 'lowest' or 'random', got {select!r}")
+        self.scorer, self.select = scorer, select
+        self.name = {"highest": "muse", "lowest": "muse-lowest", "random": "muse-random"}[select]
+        self.rng = np.random.default_rng(config.seed)
+        self.current_plan = ""
+        self.step_seed = config.seed
+        self.executed: list[tuple[str, str]] = []
+
+    def plan(self) -> str | None:
+        return self.current_plan
+
+    def begin(self, ctx: EpisodeContext) -> dict[str, Any]:
+        self.ctx = ctx
+        self.executed = []
+        if ctx.task_type not in self.examples:
+            raise ValueError(f"task_type: no few-shot examples for {ctx.task_type!r}")
+        self.current_plan = generate_plan(self.llm, self.examples[ctx.task_type][: self.cfg.examples], ctx,
+                                          self.notes(ctx), self.cfg.plan_max_tokens)
+        info = ReActAgent.begin(self, ctx)
+        info["plan"] = self.current_plan
+        return info
+
+    def observe(self, action: str, obs: str) -> None:
+        super().observe(action, obs)
+        self.executed.append((action, " ".join(obs.split())))
+
+    def act(self, admissible: Sequence[str] | None) -> Decision:
+        assert self.ctx is not None
+        prompt = self.prompt()
+        self.step_seed += self.cfg.rollouts
+        outs = self.llm.complete(prompt, n=self.cfg.rollouts, temperature=self.cfg.rollout_temperature,
+                                 max_tokens=self.cfg.rollout_max_tokens, seed=self.step_seed)
+        t_agent = time.perf_counter()
+        map_s = 0.0
+        rollouts, firsts, chunks = [], [], []
+        size = getattr(self.scorer.config, "chunk_size", 4)
+        for o in outs:
+            pairs = parse_rollout(o.text, self.cfg.rollout_pairs)
+            pairs = [p for p in pairs if not p[0].lower().startswith("think:")] or [(clean_action(o.text) or "look", "")]
+            m = self.mapper.map(pairs[0][0], admissible, prompt)
+            map_s += m.seconds
+            pairs[0] = (m.action, pairs[0][1])
+            firsts.append(m)
+            rollouts.append(pairs)
+            keep = max(0, size - len(pairs))
+            chunks.append((self.executed[-keep:] if keep else []) + pairs[:size])
+        scores = self.scorer.score(self.ctx.task, self.current_plan, chunks)
+        if self.select == "highest":
+            i = int(np.argmax(scores))
+        elif self.select == "lowest":
+            i = int(np.argmin(scores))
+        else:
+            i = int(self.rng.integers(len(scores)))
+        chosen = firsts[i]
+        agent_s = time.perf_counter() - t_agent
+        info = {"rollouts": [[list(p) for p in r] for r in rollouts], "scores": [float(s) for s in scores],
+                "chosen": i, "select_seconds": agent_s}
+        return Decision(chosen.action, chosen.proposed, chosen.how, [], map_s, info)
+
+
+class FcrfAgent(ReActAgent):
+    """FCRF (paper 002): the Actor acts with the Mentor's last reflections in its prompt; the
+    Mentor reflects with an intensity set by the task difficulty."""
+
+    name = "fcrf"
+
+    def __init__(self, llm: Any, examples: dict[str, list[dict[str, Any]]], config: AgentConfig,
+                 mapper: ActionMapper, memory: ReflectionMemory, pool: LessonPool | None = None) -> None:
+        super().__init__(llm, examples, config, mapper)
+        self.memory = memory
+        self.pool = pool or LessonPool()
+        self.history: list[tuple[bool, list[tuple[str, str]]]] = []
+
+    def notes(self, ctx: EpisodeContext) -> list[str]:
+        return self.memory.last(ctx.game, self.cfg.reflections_kept)
+
+    def _chat(self, messages: list[dict[str, str]]) -> str:
+        out = self.llm.chat(messages, max_tokens=self.cfg.reflection_max_tokens, temperature=0.0)
+        return " ".join(out[0].text.split())
+
+    def end(self, won: bool, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+        assert self.ctx is not None
+        ctx, pairs = self.ctx, list(pairs)
+        diff = difficulty(ctx.task_type)
+        info: dict[str, Any] = {"difficulty": diff, "deep": deep_reflection(ctx.task_type)}
+        # The pool grows from fail -> success pairs of the same task.
+        if won and self.history and not self.history[-1][0]:
+            tip = self._chat(prompts.new_lesson_messages(ctx.task_type, self.history[-1][1], pairs))
+            if self.pool.add(ctx.task_type, tip):
+                info["new_lesson"] = " ".join(tip.split())
+        self.history.append((won, pairs))
+        experience = self._chat(prompts.experience_messages(ctx.task, pairs, won)) or "no useful facts."
+        info["experience"] = experience
+        text = f"Experience: {experience}"
+        if info["deep"]:
+            lesson = None
+            if not won:
+                pool = self.pool.lessons(ctx.task_type)
+                if pool:
+                    ch = self.llm.choose(prompts.lesson_prompt(ctx.task, ctx.task_type, pairs), [" " + x for x in pool])
+                    lesson = pool[ch.index]
+                    info["lesson"] = lesson
+            plan = self._chat(prompts.plan_messages(ctx.task, experience, lesson))
+            info["plan"] = plan
+            if lesson:
+                text += f" Lesson: {lesson}"
+            if plan:
+                text += f" Plan: {plan}"
+        self.memory.add(ctx.game, ctx.episode, text)
+        info["reflection"] = text
+        return info
+
+    def restore(self, game: str, records: Sequence[dict[str, Any]]) -> None:
+        self.memory.clear(game)
+        self.history = []
+        for r in records:
+            end = r.get("end", {})
+            if end.get("reflection"):
+                self.memory.add(game, r["episode"], end["reflection"])
+            if end.get("new_lesson"):
+                self.pool.add(r["task_type"], end["new_lesson"])
+            self.history.append((bool(r["won"]), [tuple(p) for p in r["pairs"]]))

@@ -1,0 +1,124 @@
+"""Configuration dataclasses of the ALFWorld language agents and of the protocol runner."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+AGENT_NAMES = ("react", "reflexion", "muse", "muse-lowest", "muse-random", "fcrf")
+MAP_MODES = ("embed", "choose", "none")
+
+
+@dataclass
+class AgentConfig:
+    """Settings shared by every agent (one episode's behaviour)."""
+
+    max_steps: int = 50
+    """Environment steps per episode (SPEC: 50). Think lines do not count as steps."""
+    max_thinks: int = 2
+    """Consecutive think lines allowed before an action is forced (ReAct-style agents)."""
+    examples: int = 2
+    """Few-shot examples of the same task type in the actor prompt (SPEC: 2)."""
+    example_max_steps: int = 12
+    """Walkthrough steps kept per few-shot example (keeps the prompt inside SmolLM2's context)."""
+    action_max_tokens: int = 24
+    """Tokens generated for one action or think line."""
+    map_actions: str = "embed"
+    """Admissible-action mapping: "embed" (nearest admissible by MiniLM cosine), "choose"
+    (LLM likelihood ranking over the admissible list) or "none" (the raw text is sent)."""
+    reflections_kept: int = 3
+    """Reflections of the same task put into the next prompt (Reflexion, FCRF: 3)."""
+    reflection_max_tokens: int = 64
+    """Tokens of one reflection / summary / plan."""
+    plan_max_tokens: int = 48
+    """Tokens of MUSE's initial plan."""
+    rollouts: int = 5
+    """MUSE rollouts per step (paper: 5)."""
+    rollout_temperature: float = 0.5
+    """Sampling temperature of the rollouts (paper: 0.5)."""
+    rollout_max_tokens: int = 48
+    """Tokens per rollout (the "context budget" of the future (action, observation) pairs)."""
+    rollout_pairs: int = 3
+    """At most this many (action, observation) pairs are parsed from one rollout."""
+    seed: int = 0
+    """Seed of sampling and of MUSE-random's choice."""
+
+    def validate(self) -> "AgentConfig":
+        if self.map_actions not in MAP_MODES:
+            raise ValueError(f"map_actions: expected one of {MAP_MODES}, got {self.map_actions!r}")
+        for name in ("max_steps", "examples", "action_max_tokens", "reflection_max_tokens", "plan_max_tokens",
+                     "rollouts", "rollout_max_tokens", "rollout_pairs", "example_max_steps"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}: expected a positive int, got {v!r}")
+        if self.reflections_kept < 0 or self.max_thinks < 0:
+            raise ValueError("reflections_kept / max_thinks: expected >= 0")
+        if not (self.rollout_temperature >= 0.0):
+            raise ValueError(f"rollout_temperature: expected >= 0, got {self.rollout_temperature!r}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "AgentConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"agent config: unknown fields {sorted(unknown)}")
+        return cls(**d).validate()
+
+
+@dataclass
+class RunConfig:
+    """One protocol run: which agent, which games, how many episodes per phase."""
+
+    agent: str = "react"
+    """One of AGENT_NAMES."""
+    split: str = "valid_train"
+    """Split of the deployment games (development OOD: valid_train)."""
+    data: str | None = None
+    """ALFWorld data folder (None: the env's default lookup)."""
+    tasks: int = 12
+    """Number of games, taken round-robin over the 6 task types (2 per type for 12)."""
+    adapt_episodes: int = 5
+    """Adaptation episodes per game before the test episodes (Alg. 4: 5; 0 = no adaptation)."""
+    test_episodes: int = 5
+    """Test episodes per game (Alg. 4: 5)."""
+    scorer: str | None = None
+    """Pre-deployment scorer folder (MUSE agents; written by ``metacog pretrain alfworld``)."""
+    llm: str | None = None
+    """LLM URI (None: $METACOG_LLM, then the embedded SmolLM2)."""
+    n_threads: int = 1
+    """llama.cpp threads per worker (1 on a shared machine, see docs/llm.md)."""
+    n_ctx: int = 4096
+    """LLM context length."""
+    workers: int = 1
+    """Worker processes; work is split by task type (a type's games stay in one process)."""
+    incremental_steps: int = 50
+    """g_eta minibatch updates after a game's adaptation episodes (MUSE agents)."""
+    agent_config: AgentConfig = field(default_factory=AgentConfig)
+    """Per-episode behaviour."""
+
+    def validate(self) -> "RunConfig":
+        if self.agent not in AGENT_NAMES:
+            raise ValueError(f"agent: expected one of {AGENT_NAMES}, got {self.agent!r}")
+        if self.tasks < 1 or self.test_episodes < 0 or self.adapt_episodes < 0 or self.workers < 1:
+            raise ValueError("tasks >= 1, workers >= 1, adapt_episodes >= 0 and test_episodes >= 0 expected")
+        if self.agent.startswith("muse") and not self.scorer:
+            raise ValueError(f"scorer: agent {self.agent!r} needs a pre-deployment scorer folder "
+                             "(run `metacog pretrain alfworld` first)")
+        self.agent_config.validate()
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        d = dict(d)
+        ac = AgentConfig.from_dict(d.pop("agent_config", {}) or {})
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"run config: unknown fields {sorted(unknown)}")
+        return cls(**d, agent_config=ac)
