@@ -136,3 +136,25 @@ def test_core_checks_buffers_directly():
         core().memory_rerank(q, keys, la, imp, np.array([0, 9]), 3, 0.0, 1, 1, 1, 0.995, 3600.0)
     with pytest.raises(ValueError, match="candidates"):
         core().memory_rerank(q, keys, la, imp, cand.astype(np.int32), 3, 0.0, 1, 1, 1, 0.995, 3600.0)
+
+
+@pytest.mark.parametrize("Q", [1, 3])
+def test_rerank_threaded_split_path(Q):
+    """Few queries with very many candidates run split over threads (and merged): same answer
+    as scoring everything and taking the best distinct rows."""
+    rng = np.random.default_rng(Q)
+    N, D, C, k = 5000, 512, 50_000, 25  # Q*C*D above the kernel's parallel threshold
+    q, keys = _unit(rng, Q, D), _unit(rng, N, D)
+    la = rng.uniform(0, 5e5, N)
+    imp = rng.integers(1, 11, N).astype(np.float32)
+    cand = rng.integers(-1, N, (Q, C)).astype(np.int64)  # many repeats across thread chunks
+    rows, scores = memory_rerank(q, keys, la, imp, cand, k, 5e5, backend="cpu")
+    full = memory_scores(q, keys, la, imp, cand, 5e5, backend="cpu")
+    for i in range(Q):
+        best: dict[int, float] = {}
+        for r, s in zip(cand[i].tolist(), full[i].tolist()):
+            if r >= 0:
+                best[r] = s
+        order = sorted(best.items(), key=lambda t: (-t[1], t[0]))[:k]
+        assert rows[i].tolist() == [r for r, _ in order]
+        np.testing.assert_array_equal(scores[i], np.array([s for _, s in order], np.float32))

@@ -59,6 +59,61 @@ inline float score_one(const Inputs& in, const ScoreParams& p, const float* qv, 
                             p.w_imp * 0.1 * static_cast<double>(in.importance[row]));
 }
 
+using Item = std::pair<float, std::int64_t>;
+
+// "a before b" when a ranks higher: larger score, then smaller row.
+inline bool better(const Item& a, const Item& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+// Best k distinct rows of candidates [lo, hi) into heap (a min-heap, worst on top).
+void topk_range(const Inputs& in, const ScoreParams& p, const float* qv, const std::int64_t* cr, std::int64_t lo,
+                std::int64_t hi, std::int64_t k, std::vector<Item>& heap) {
+  heap.reserve(static_cast<size_t>(k) + 1);
+  constexpr std::int64_t kAhead = 8;  // rows are scattered: prefetch a few candidates ahead
+  for (std::int64_t c = lo; c < hi; ++c) {
+    if (c + kAhead < hi && cr[c + kAhead] >= 0) {
+      const char* nxt = reinterpret_cast<const char*>(in.keys + cr[c + kAhead] * in.D);
+      for (std::int64_t b = 0; b < in.D * 4; b += 64) __builtin_prefetch(nxt + b);
+      __builtin_prefetch(in.last_access + cr[c + kAhead]);
+      __builtin_prefetch(in.importance + cr[c + kAhead]);
+    }
+    const std::int64_t r = cr[c];
+    if (r < 0) continue;
+    Item it{score_one(in, p, qv, r), r};
+    const bool full = static_cast<std::int64_t>(heap.size()) >= k;
+    if (full && !better(it, heap.front())) continue;
+    // A row listed twice (e.g. found by HNSW and by recency) counts once.
+    bool dup = false;
+    for (const Item& h : heap) dup |= (h.second == r);
+    if (dup) continue;
+    if (!full) {
+      heap.push_back(it);
+      std::push_heap(heap.begin(), heap.end(), better);
+    } else {
+      std::pop_heap(heap.begin(), heap.end(), better);
+      heap.back() = it;
+      std::push_heap(heap.begin(), heap.end(), better);
+    }
+  }
+}
+
+// Sort, drop repeated rows (possible across merged per-thread heaps), write k places.
+void finish_heap(std::vector<Item>& items, std::int64_t k, std::int64_t* rows_out, float* scores_out) {
+  std::sort(items.begin(), items.end(), better);
+  std::int64_t j = 0;
+  for (size_t i = 0; i < items.size() && j < k; ++i) {
+    if (i > 0 && items[i].second == items[i - 1].second) continue;  // same row => same score => adjacent
+    rows_out[j] = items[i].second;
+    scores_out[j] = items[i].first;
+    ++j;
+  }
+  for (; j < k; ++j) {
+    rows_out[j] = -1;
+    scores_out[j] = -std::numeric_limits<float>::infinity();
+  }
+}
+
 Inputs gather(const py::array& queries, const py::array& keys, const py::array& last_access,
               const py::array& importance, const py::array& candidates) {
   check_array(queries, "queries", {-1, -1});
@@ -141,41 +196,33 @@ py::tuple memory_rerank(py::array queries, py::array keys, py::array last_access
   float* so = scores.mutable_data();
   {
     py::gil_scoped_release nogil;
-    using Item = std::pair<float, std::int64_t>;
-    // "a before b" when a ranks higher: larger score, then smaller row.
-    auto better = [](const Item& a, const Item& b) {
-      return a.first > b.first || (a.first == b.first && a.second < b.second);
-    };
-#pragma omp parallel for schedule(dynamic, 1) if (go_parallel(in.Q, in.C, in.D))
-    for (std::int64_t q = 0; q < in.Q; ++q) {
-      const std::int64_t* cr = cand_row(in, q);
-      const float* qv = in.q + q * in.D;
-      std::vector<Item> heap;  // min-heap of the k best so far (worst on top)
-      heap.reserve(static_cast<size_t>(k) + 1);
-      for (std::int64_t c = 0; c < in.C; ++c) {
-        const std::int64_t r = cr[c];
-        if (r < 0) continue;
-        Item it{score_one(in, p, qv, r), r};
-        const bool full = static_cast<std::int64_t>(heap.size()) >= k;
-        if (full && !better(it, heap.front())) continue;
-        // A row listed twice (e.g. found by HNSW and by recency) counts once.
-        bool dup = false;
-        for (const Item& h : heap) dup |= (h.second == r);
-        if (dup) continue;
-        if (!full) {
-          heap.push_back(it);
-          std::push_heap(heap.begin(), heap.end(), better);
-        } else {
-          std::pop_heap(heap.begin(), heap.end(), better);
-          heap.back() = it;
-          std::push_heap(heap.begin(), heap.end(), better);
+    const std::int64_t Q = in.Q, C = in.C;
+    const bool par = go_parallel(Q, C, in.D);
+    const int T = par ? omp_get_max_threads() : 1;
+    // Few queries with many candidates: split each query's candidates over the
+    // threads (one heap each, merged after); otherwise one query per thread.
+    const bool split = par && Q < T;
+    std::vector<std::vector<Item>> part(split ? static_cast<size_t>(T) : 0);
+    for (std::int64_t q0 = 0; q0 < (split ? Q : 1); ++q0) {
+      if (split) {
+#pragma omp parallel num_threads(T)
+        {
+          const int t = omp_get_thread_num();
+          const int nt = omp_get_num_threads();
+          const std::int64_t lo = C * t / nt, hi = C * (t + 1) / nt;
+          part[t].clear();
+          topk_range(in, p, in.q + q0 * in.D, cand_row(in, q0), lo, hi, k, part[t]);
         }
-      }
-      std::sort(heap.begin(), heap.end(), better);
-      for (std::int64_t j = 0; j < k; ++j) {
-        const bool ok = j < static_cast<std::int64_t>(heap.size());
-        ro[q * k + j] = ok ? heap[j].second : -1;
-        so[q * k + j] = ok ? heap[j].first : -std::numeric_limits<float>::infinity();
+        std::vector<Item> merged;
+        for (const auto& h : part) merged.insert(merged.end(), h.begin(), h.end());
+        finish_heap(merged, k, ro + q0 * k, so + q0 * k);
+      } else {
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+        for (std::int64_t q = 0; q < Q; ++q) {
+          std::vector<Item> heap;
+          topk_range(in, p, in.q + q * in.D, cand_row(in, q), 0, C, k, heap);
+          finish_heap(heap, k, ro + q * k, so + q * k);
+        }
       }
     }
   }
