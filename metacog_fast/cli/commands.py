@@ -57,6 +57,41 @@ def _ran(_result: Any) -> int:
     return 0
 
 
+# ``metacog run|pretrain|report <env> ...`` dispatch on the environment name: each table maps an
+# environment to the "module:function" that adds its sub-parser (``function(subparsers)``).
+# Another environment is one more line in the table(s) it supports.
+RUN_ENVS: dict[str, str] = {
+    "alfworld": "metacog_fast.agents.alfworld.cli:attach_run",
+}
+PRETRAIN_ENVS: dict[str, str] = {
+    "alfworld": "metacog_fast.agents.alfworld.cli:attach_pretrain",
+}
+REPORT_ENVS: dict[str, str] = {
+    "alfworld": "metacog_fast.agents.alfworld.cli:attach_report",
+}
+
+
+def _attach_env_table(name: str, table: dict[str, str], subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(name, help=EXTERNAL_COMMANDS[name].help)
+    sub = p.add_subparsers(dest=f"{name}_env", required=True, metavar="{" + ",".join(table) + "}")
+    for target in table.values():
+        module, func = target.split(":")
+        getattr(importlib.import_module(module), func)(sub)
+    return p
+
+
+def _attach_run(subparsers: Any) -> argparse.ArgumentParser:
+    return _attach_env_table("run", RUN_ENVS, subparsers)
+
+
+def _attach_pretrain(subparsers: Any) -> argparse.ArgumentParser:
+    return _attach_env_table("pretrain", PRETRAIN_ENVS, subparsers)
+
+
+def _attach_report(subparsers: Any) -> argparse.ArgumentParser:
+    return _attach_env_table("report", REPORT_ENVS, subparsers)
+
+
 EXTERNAL_COMMANDS: dict[str, ExternalCommand] = {
     c.name: c
     for c in (
@@ -66,5 +101,11 @@ EXTERNAL_COMMANDS: dict[str, ExternalCommand] = {
                         "metacog_fast.cli.commands:_attach_train"),
         ExternalCommand("adapt", "adapt a pre-trained MUSE-WM / Dreamer-v3 to the novel Meta-World tasks",
                         "metacog_fast.cli.commands:_attach_adapt"),
+        ExternalCommand("run", "run language agents on an environment (e.g. metacog run alfworld --agent muse)",
+                        "metacog_fast.cli.commands:_attach_run"),
+        ExternalCommand("pretrain", "pre-deployment of language agents (e.g. metacog pretrain alfworld)",
+                        "metacog_fast.cli.commands:_attach_pretrain"),
+        ExternalCommand("report", "tables, plots and costs of a language-agent run (metacog report alfworld RUN)",
+                        "metacog_fast.cli.commands:_attach_report"),
     )
 }
