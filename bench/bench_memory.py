@@ -134,6 +134,54 @@ def test_single_query_k10(benchmark, store):
     benchmark(lambda: store.retrieve(qs[next(it) % len(qs)], 10, NOW, touch=False))
 
 
+def test_single_query_agent_filter(benchmark, store):
+    """One query of one agent (agent filter, 1/25 of the records), k=10; vs raw hnswlib with the same
+    filter function and vs the exact numpy scan of that agent's records."""
+    qs = _queries(300, seed=5)
+    agent = "agent7"
+    ours = _times(lambda i: store.retrieve(qs[i], 10, NOW, agent=agent, touch=False), len(qs))
+    code = store._table.agents.find(agent)
+    _, rows, filt = store._filter((code, None, None), need_rows=True)
+    idx = store._index
+    idx.set_ef(store.config.ef)
+    raw = _times(lambda i: idx.knn_query(qs[i: i + 1], k=10, num_threads=1, filter=filt), len(qs))
+    t = store._table
+    exact = _times(lambda i: exact_scan_numpy(t.keys, t.last_access, t.importance, rows, qs[i: i + 1], 10, NOW), 20)
+    benchmark.extra_info.update({
+        "n": N, "n_agent": int(len(rows)), "p50_ms": float(np.median(ours) * 1e3),
+        "p99_ms": float(np.percentile(ours, 99) * 1e3), "raw_hnswlib_filtered_p50_ms": float(np.median(raw) * 1e3),
+        "exact_numpy_agent_p50_ms": float(np.median(exact) * 1e3),
+        "ratio_vs_raw_hnswlib": float(np.median(ours) / np.median(raw)),
+        "speedup_vs_exact_numpy": float(np.median(exact) / np.median(ours)),
+    })
+    it = iter(range(10**9))
+    benchmark(lambda: store.retrieve(qs[next(it) % len(qs)], 10, NOW, agent=agent, touch=False))
+
+
+def test_candidates_per_query(benchmark, store):
+    """How many records the exact bound sends to the rerank (explains the latency at large N)."""
+    import metacog_fast.memory.store as st
+
+    qs = _queries(50, seed=9)
+    seen = []
+    orig = st._ragged_pad
+
+    def spy(rows, mask):
+        seen.append(float(mask.sum(axis=1).mean()))
+        return orig(rows, mask)
+
+    st._ragged_pad = spy
+    try:
+        for q in qs:
+            store.retrieve(q, 10, NOW, touch=False)
+    finally:
+        st._ragged_pad = orig
+    benchmark.extra_info.update({"n": N, "recency_candidates_mean": float(np.mean(seen)) if seen else 0.0,
+                                 "recency_candidates_p90": float(np.percentile(seen, 90)) if seen else 0.0,
+                                 "fraction_of_store": float(np.mean(seen) / N) if seen else 0.0})
+    benchmark.pedantic(lambda: store.retrieve(qs[0], 10, NOW, touch=False), rounds=3, iterations=1)
+
+
 def test_25_agents_one_call(benchmark, store):
     """25 queries (one per agent) in one call, k=10; vs 25 single calls, raw hnswlib and exact numpy."""
     qs = _queries(25, seed=11)
