@@ -142,6 +142,9 @@ __device__ void matvec(const Ctx& c, const float* __restrict__ W, const float* _
       for (int b = 0; b < kRows; ++b) acc[j][b] = 0.f;
     if (vec) {
       const int K4 = K >> 2;
+// persistent path (OPW 1): several independent weight loads in flight per lane (latency-bound
+// at B=1); the tiled path already has OPW*kRows accumulators and would spill
+#pragma unroll(OPW == 1 ? 4 : 1)
       for (int k4 = c.lane; k4 < K4; k4 += 32) {
         float4 xv[kRows];
 #pragma unroll
@@ -504,7 +507,7 @@ __device__ void init_state(const Ctx& c, const Params& p, const float* h, const 
 // ---------------------------------------------------------------------------------------
 
 template <bool GRID>
-__global__ void __launch_bounds__(kThreads) k_img_step(Params p) {
+__global__ void __launch_bounds__(kThreads, 1) k_img_step(Params p) {
   METACOG_DYNAMIC_SMEM(smem4);
   const Ctx c = make_ctx<GRID>(p, reinterpret_cast<float*>(smem4));
   const Dims& d = p.d;
@@ -532,7 +535,7 @@ __global__ void __launch_bounds__(kThreads) k_img_step(Params p) {
 }
 
 template <bool GRID>
-__global__ void __launch_bounds__(kThreads) k_imagine(Params p) {
+__global__ void __launch_bounds__(kThreads, 1) k_imagine(Params p) {
   METACOG_DYNAMIC_SMEM(smem4);
   const Ctx c = make_ctx<GRID>(p, reinterpret_cast<float*>(smem4));
   const Dims& d = p.d;
@@ -566,7 +569,7 @@ __global__ void __launch_bounds__(kThreads) k_imagine(Params p) {
 }
 
 template <bool GRID>
-__global__ void __launch_bounds__(kThreads) k_self_assess(Params p) {
+__global__ void __launch_bounds__(kThreads, 1) k_self_assess(Params p) {
   METACOG_DYNAMIC_SMEM(smem4);
   const Ctx c = make_ctx<GRID>(p, reinterpret_cast<float*>(smem4));
   const int K0 = p.d.D + p.d.Z;
@@ -576,7 +579,7 @@ __global__ void __launch_bounds__(kThreads) k_self_assess(Params p) {
 }
 
 template <bool GRID>
-__global__ void __launch_bounds__(kThreads) k_self_regulate(Params p) {
+__global__ void __launch_bounds__(kThreads, 1) k_self_regulate(Params p) {
   METACOG_DYNAMIC_SMEM(smem4);
   const Ctx c = make_ctx<GRID>(p, reinterpret_cast<float*>(smem4));
   const Dims& d = p.d;
