@@ -90,8 +90,12 @@ def report(path: str) -> str:
     """Text summary of a run (and a rewritten viewer.html) or of an ablation folder."""
     from metacog_fast.sim.viewer import write_viewer
 
-    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "ablation.md")):
-        return open(os.path.join(path, "ablation.md"), encoding="utf-8").read()
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "run.json")) and any(
+            os.path.isfile(os.path.join(path, d, "summary.json")) for d in os.listdir(path)):
+        from metacog_fast.sim.runner import CONFIGS, markdown_table, reaggregate
+
+        present = tuple(c for c in CONFIGS if os.path.isfile(os.path.join(path, f"{c}_run0", "summary.json")))
+        return markdown_table(reaggregate(path, present))
     run_path = os.path.join(path, "run.json") if os.path.isdir(path) else path
     if not os.path.isfile(run_path):
         raise FileNotFoundError(f"{path}: expected a run folder with run.json, a run.json, or an ablation folder")

@@ -76,6 +76,9 @@ class StepTiming:
     """Thinking phase (LLM calls of all agents, concurrent)."""
     acting: float = 0.0
     """Actions, scenario rules, bookkeeping, frame."""
+    cpu_outside_llm: float = 0.0
+    """CPU time of the simulation thread in perception, memory (encoder excluded) and acting:
+    the work itself, unaffected by waiting for a CPU on a loaded machine."""
 
     @property
     def outside_llm(self) -> float:
@@ -484,20 +487,22 @@ class Simulation:
     def step(self) -> StepTiming:
         """Advance one step; with ``step_budget`` every LLM wait of the step ends at one deadline."""
         t = StepTiming()
-        t0 = time.perf_counter()
+        t0, c0, e0 = time.perf_counter(), time.thread_time(), self.encoder.cpu_seconds
         self._deadline = t0 + (self.cfg.step_budget or 0.0)
         notices = self.perceive()
         t.perception = time.perf_counter() - t0
         memories = self.memory_phase(notices, t)
+        cpu = time.thread_time() - c0 - (self.encoder.cpu_seconds - e0)
         t1 = time.perf_counter()
         decisions = self.think_phase(notices, memories)
         t.llm = time.perf_counter() - t1
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.thread_time()
         events = self.act(decisions)
         self.npc_phase(events)
         self.step_no += 1
         self._record_frame(events)
         t.acting = time.perf_counter() - t2
+        t.cpu_outside_llm = cpu + time.thread_time() - c2
         self.timings.append(t)
         for e in events:
             self.log.append({"step": self.step_no, **e})
@@ -551,6 +556,7 @@ class Simulation:
             m["timing_ms"] = {k: round(1000 * float(np.mean([getattr(x, k) for x in tim])), 3)
                               for k in ("perception", "memory", "embedding", "importance_llm", "llm", "acting")}
             m["timing_ms"]["outside_llm"] = round(1000 * float(np.mean([x.outside_llm for x in tim])), 3)
+            m["timing_ms"]["cpu_outside_llm"] = round(1000 * float(np.mean([x.cpu_outside_llm for x in tim])), 3)
         if self.llm is not None:
             m["llm_cost"] = self.llm.cost.as_dict()
         return m

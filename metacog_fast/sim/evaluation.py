@@ -11,6 +11,7 @@ all ten are saved with the score.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from metacog_fast.agents import generative_prompts as P
@@ -98,9 +99,18 @@ def judge(llm: Any, run: dict[str, Any], answers: list[dict[str, Any]]) -> dict[
                   f"Criterion: {question}\nScore from 1 (very poor) to 10 (excellent):")
         try:
             res = llm.choice(prompt, RATINGS, "judge")
-            out[key] = {"score": res.index + 1, "prompt": prompt, "logprobs": [round(x, 4) for x in res.logprobs]}
+            out[key] = {"score": res.index + 1, "expected": expected_rating(res.logprobs), "prompt": prompt,
+                        "logprobs": [round(x, 4) for x in res.logprobs]}
         except BudgetExhausted:
             out[key] = {"score": None, "prompt": prompt, "logprobs": None}
     scores = [v["score"] for v in out.values() if v["score"] is not None]
     out["mean"] = sum(scores) / len(scores) if scores else None
     return out
+
+
+def expected_rating(logprobs: list[float]) -> float:
+    """Mean rating under the judge's distribution over " 1".." 10" (softmax of the ten logprobs):
+    a graded score where the argmax of a small model is stuck on one number."""
+    m = max(logprobs)
+    w = [math.exp(x - m) for x in logprobs]
+    return round(sum((i + 1) * wi for i, wi in enumerate(w)) / sum(w), 4)

@@ -11,7 +11,7 @@ from typing import Any
 
 from metacog_fast.agents.generative import AgentConfig, Features
 from metacog_fast.sim.engine import SimConfig, Simulation, write_json
-from metacog_fast.sim.evaluation import CRITERIA, culprit_named, interview, judge
+from metacog_fast.sim.evaluation import CRITERIA, culprit_named, expected_rating, interview, judge
 from metacog_fast.sim.llm_adapter import SimLLM
 from metacog_fast.sim.loader import load_scenario
 from metacog_fast.sim.viewer import write_viewer
@@ -93,10 +93,53 @@ def run_once(opts: RunOptions, features: Features, out_dir: str, llm: SimLLM, en
         "steps": metrics["steps"], "metrics": metrics, "sim_seconds": round(sim_seconds, 2),
         "judge": {k: v["score"] for k, v in evaluation.get("judge", {}).items() if k != "mean"},
         "judge_mean": evaluation.get("judge", {}).get("mean"),
+        "judge_expected": _expected_mean(evaluation),
         "eval_cost": {k: v - run_cost.get(k, 0) for k, v in llm.cost.as_dict().items() if isinstance(v, (int, float))},
     }
     write_json(os.path.join(out_dir, "summary.json"), summary)
     return summary
+
+
+def _expected_mean(evaluation: dict[str, Any]) -> float | None:
+    j = evaluation.get("judge", {})
+    vals = [expected_rating(j[c]["logprobs"]) for c in CRITERIA if c in j and j[c].get("logprobs")]
+    return round(sum(vals) / len(vals), 4) if vals else None
+
+
+def reaggregate(out_dir: str, configs: tuple[str, ...] = DEFAULT_ABLATION) -> dict[str, Any]:
+    """Rebuild ablation.json/.md from the run folders ``<config>_run<i>`` found in ``out_dir``
+    (summary.json + evaluation.json of each); used by ``sim report`` on an ablation folder and to
+    add statistics computed from saved judge logprobs."""
+    results: dict[str, list[dict[str, Any]]] = {}
+    meta: dict[str, Any] = {}
+    for name in configs:
+        i = 0
+        while os.path.isfile(os.path.join(out_dir, f"{name}_run{i}", "summary.json")):
+            d = os.path.join(out_dir, f"{name}_run{i}")
+            with open(os.path.join(d, "summary.json"), encoding="utf-8") as f:
+                s = json.load(f)
+            ev = os.path.join(d, "evaluation.json")
+            if os.path.isfile(ev):
+                with open(ev, encoding="utf-8") as f:
+                    s["judge_expected"] = _expected_mean(json.load(f))
+            results.setdefault(name, []).append(s)
+            meta = {"scenario": s["scenario"], "agents": s["agents"], "steps": s["steps"]}
+            i += 1
+    if not results:
+        raise FileNotFoundError(f"{out_dir}: no <config>_run<i>/summary.json for configs {list(configs)}")
+    runs = min(len(v) for v in results.values())
+    doc = {**meta, "runs": runs, "configs": {n: CONFIGS[n].label() for n in results},
+           "table": {n: aggregate(rs) for n, rs in results.items()}, "runs_detail": results}
+    _write_ablation(out_dir, doc)
+    return doc
+
+
+def _write_ablation(out_dir: str, doc: dict[str, Any]) -> None:
+    write_json(os.path.join(out_dir, "ablation.json"), doc)
+    tmp = os.path.join(out_dir, "ablation.md.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(markdown_table(doc))
+    os.replace(tmp, os.path.join(out_dir, "ablation.md"))
 
 
 def ablate(opts: RunOptions, out_dir: str, llm: SimLLM, encoder: Any, configs: tuple[str, ...] = DEFAULT_ABLATION,
@@ -121,12 +164,7 @@ def ablate(opts: RunOptions, out_dir: str, llm: SimLLM, encoder: Any, configs: t
     table = {name: aggregate(rs) for name, rs in results.items()}
     doc = {"scenario": opts.scenario, "agents": opts.agents, "steps": opts.steps, "runs": runs,
            "configs": {n: CONFIGS[n].label() for n in configs}, "table": table, "runs_detail": results}
-    write_json(os.path.join(out_dir, "ablation.json"), doc)
-    md = markdown_table(doc)
-    tmp = os.path.join(out_dir, "ablation.md.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(md)
-    os.replace(tmp, os.path.join(out_dir, "ablation.md"))
+    _write_ablation(out_dir, doc)
     return doc
 
 
@@ -147,6 +185,9 @@ def aggregate(rs: list[dict[str, Any]]) -> dict[str, Any]:
         vals = [r["judge"].get(c) for r in rs if r["judge"].get(c) is not None]
         if vals:
             out[f"judge_{c}"] = _ms(vals)
+    exp = [r["judge_expected"] for r in rs if r.get("judge_expected") is not None]
+    if exp:
+        out["judge_expected_mean"] = _ms(exp)
     jm = [r["judge_mean"] for r in rs if r["judge_mean"] is not None]
     if jm:
         out["judge_mean"] = _ms(jm)
