@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("metaworld")
 
 from metacog_fast.train.config import profile  # noqa: E402
-from metacog_fast.train.report import write_report  # noqa: E402
+from metacog_fast.train.report import assess_on_scripted, write_report  # noqa: E402
 from metacog_fast.train.runner import ProtocolRunner, read_state  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +50,9 @@ def test_tiny_pretrain_and_adapt_end_to_end(tmp_path):
     assert "metacognitive_accuracy" not in res["Dreamer-v3"]  # no SA head trained for the baseline
     table = (tmp_path / "report" / "table1.md").read_text()
     assert "| MUSE | Metacognitive Accuracy |" in table and "| Dreamer-v3 |" in table
+    # supplementary SA check on known tasks with the scripted policy (held-out layouts)
+    sup = assess_on_scripted(tmp_path / "muse" / "pretrained", ("reach-v3",), episodes_per_task=2)
+    assert sup["episodes"] == 2 and 0.0 <= sup["metacognitive_accuracy"] <= 1.0
 
 
 def _state(run_dir: Path) -> dict | None:

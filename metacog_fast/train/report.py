@@ -171,3 +171,53 @@ def write_report(runs: Mapping[str, tuple[str | Path, ProtocolConfig]], out_dir:
     atomic_write_bytes(out / "table1.md", table_markdown(results).encode())
     plot_steps_bars(results, T_max, out / "steps_to_success.png")
     return results
+
+
+def assess_on_scripted(stem: str | Path, tasks: tuple[str, ...], episodes_per_task: int = 4, seed: int = 12345,
+                       backend: str = "auto") -> dict[str, Any]:
+    """Supplementary check of the SA head on *known* tasks: held-out layouts (``seed``) driven by
+    the noisy/delayed scripted policy (so both outcomes occur), the agent only filtering the
+    observations (its recurrence uses the executed action). Returns accuracy, AUROC2 and counts."""
+    from metacog_fast.agents.muse_wm import MuseWMAgent
+    from metacog_fast.train.checkpoint import read_config
+    from metacog_fast.train.config import ActConfig
+    from metacog_fast.train.rollout import make_metaworld
+
+    cfg, _ = read_config(stem)
+    T = cfg.max_episode_steps
+    agent = MuseWMAgent.from_checkpoint(stem, act=ActConfig(self_regulation=False, backend=backend), seed=seed)
+    rng = np.random.default_rng(seed)
+    sc = cfg.scripted
+    psis, labels, outcome = [], [], []
+    for ti, task in enumerate(tasks):
+        env = make_metaworld(task, seed + ti, T, novel=False)
+        for k in range(episodes_per_task):
+            noise = sc.noise_levels[k % len(sc.noise_levels)]
+            delay = sc.delay_fractions[(k + ti) % len(sc.delay_fractions)]
+            obs, _ = env.reset(seed=seed * 7919 + ti * 101 + k)
+            agent.reset()
+            rows, t_success = [], -1
+            start = int(round(delay * T))
+            for t in range(T):
+                agent.act(obs)
+                rows.append(agent.psi.copy())
+                a = rng.uniform(-1, 1, 4).astype(np.float32) if t < start else \
+                    np.clip(env.expert() + noise * rng.standard_normal(4), -1, 1).astype(np.float32)
+                agent.a = a[None]  # the executed action drives the recurrence
+                obs, _, done, info = env.step(a)
+                if info["success"] and t_success < 0:
+                    t_success = t + 1
+                if done:
+                    break
+            from metacog_fast.metrics import quantile_labels
+
+            psis.append(np.stack(rows))
+            labels.append(quantile_labels(t_success if t_success >= 0 else None, T, cfg.model.N, steps=len(rows)))
+            outcome.append(np.full(len(rows), int(t_success >= 0)))
+        env.close()
+    psi, lab, out = np.concatenate(psis), np.concatenate(labels), np.concatenate(outcome)
+    res: dict[str, Any] = {"episodes": len(psis), "successful_episodes": int(sum(o[0] for o in outcome)),
+                           "metacognitive_accuracy": metacognitive_accuracy(psi.ravel(), lab.ravel()),
+                           "tasks": list(tasks), "seed": seed}
+    res["auroc2"] = auroc2(psi.sum(-1), out) if 0 < out.sum() < out.size else float("nan")
+    return res
