@@ -115,11 +115,15 @@ def exact_scan_numpy(
     import numpy as np
 
     w_rec, w_rel, w_imp = weights
-    keys_m = keys[rows]
+    # Most rows: one matrix-vector product over the whole table, then pick (no copy of keys);
+    # few rows: copy them first.
+    dense = len(rows) > keys.shape[0] // 4
+    keys_m = keys if dense else keys[rows]
     static = w_rec * np.power(decay, (now - last_access[rows]) / unit) + w_imp * importance[rows] / 10.0
     out = []
     for q in queries:
-        s = static + w_rel * (keys_m @ q + 1.0) / 2.0
+        cos = (keys_m @ q)[rows] if dense else keys_m @ q
+        s = static + w_rel * (cos + 1.0) / 2.0
         kk = min(k, len(s))
         top = np.argpartition(-s, kk - 1)[:kk]
         top = top[np.lexsort((rows[top], -s[top]))]
