@@ -129,7 +129,7 @@ def test_cached_task_embedding(benchmark, setup, torch_threads):
     task = setup["tasks"][0]
     enc = MiniLMEncoder(EncoderConfig(precision="auto"), st_model=st)
     enc.encode_task(task)
-    benchmark(enc.encode_task, task)
+    benchmark.pedantic(enc.encode_task, args=(task,), rounds=200, iterations=10)
     t_anchor = _best(lambda: st.encode([task], convert_to_numpy=True, show_progress_bar=False), repeat=5)
     benchmark.extra_info.update({"anchor_s": t_anchor, "fast_s": benchmark.stats.stats.min,
                                  "ratio": t_anchor / benchmark.stats.stats.min})
@@ -145,7 +145,8 @@ def test_fused_head(benchmark, setup, torch_threads, B):
     traj = torch.nn.functional.normalize(torch.randn(B, 384, generator=g), dim=-1)
     task_np, traj_np = task.numpy(), traj.numpy()
     head_np = {k: v.numpy() for k, v in head.items()}
-    benchmark(score_trajectories, task_np, traj_np, head_np, "cpu")
+    benchmark.pedantic(score_trajectories, args=(task_np, traj_np, head_np, "cpu"), rounds=100, iterations=5,
+                       warmup_rounds=2)
 
     def anchor():
         with torch.no_grad():
