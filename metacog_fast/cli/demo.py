@@ -18,7 +18,7 @@ from metacog_fast.cli.io import write_json_atomic
 from metacog_fast.envs.base import EnvSetupError
 
 # Modules that register demo parts on import; later issues append theirs here.
-PART_MODULES = ("metacog_fast.cli.demo_envs", "metacog_fast.cli.demo_agents")
+PART_MODULES = ("metacog_fast.cli.demo_envs", "metacog_fast.cli.demo_agents", "metacog_fast.cli.demo_alfworld")
 
 
 def load_parts() -> None:
