@@ -183,7 +183,7 @@ class MuseAgent(ReflexionAgent):
         super().__init__(llm, examples, config, mapper, memory)
         if select not in ("highest", "lowest", "random"):
             raise ValueError(f"select: expected 'highest', 'lowest' or 'random', got {select!r}")
-        self.scorer, self.select = scorer, select
+        self.scorer, self.select_mode = scorer, select
         self.name = {"highest": "muse", "lowest": "muse-lowest", "random": "muse-random"}[select]
         self.rng = np.random.default_rng(config.seed)
         self.current_plan = ""
@@ -214,13 +214,19 @@ class MuseAgent(ReflexionAgent):
         self.step_seed += self.cfg.rollouts
         outs = self.llm.complete(prompt, n=self.cfg.rollouts, temperature=self.cfg.rollout_temperature,
                                  max_tokens=self.cfg.rollout_max_tokens, seed=self.step_seed)
+        return self.select([o.text for o in outs], admissible, prompt)
+
+    def select(self, texts: Sequence[str], admissible: Sequence[str] | None, prompt: str = "") -> Decision:
+        """The agent's own part of a step (no LLM generation, no env): parse the rollouts, map their
+        first actions, score the chunks with M_sa and pick one."""
+        assert self.ctx is not None
         t_agent = time.perf_counter()
         map_s = 0.0
         rollouts, firsts, chunks = [], [], []
         size = getattr(self.scorer.config, "chunk_size", 4)
-        for o in outs:
-            pairs = parse_rollout(o.text, self.cfg.rollout_pairs)
-            pairs = [p for p in pairs if not p[0].lower().startswith("think:")] or [(clean_action(o.text) or "look", "")]
+        for text in texts:
+            pairs = parse_rollout(text, self.cfg.rollout_pairs)
+            pairs = [p for p in pairs if not p[0].lower().startswith("think:")] or [(clean_action(text) or "look", "")]
             m = self.mapper.map(pairs[0][0], admissible, prompt)
             map_s += m.seconds
             pairs[0] = (m.action, pairs[0][1])
@@ -229,15 +235,15 @@ class MuseAgent(ReflexionAgent):
             keep = max(0, size - len(pairs))
             chunks.append((self.executed[-keep:] if keep else []) + pairs[:size])
         scores = self.scorer.score(self.ctx.task, self.current_plan, chunks)
-        if self.select == "highest":
+        if self.select_mode == "highest":
             i = int(np.argmax(scores))
-        elif self.select == "lowest":
+        elif self.select_mode == "lowest":
             i = int(np.argmin(scores))
         else:
             i = int(self.rng.integers(len(scores)))
         chosen = firsts[i]
         agent_s = time.perf_counter() - t_agent
-        info = {"rollouts": [[list(p) for p in r] for r in rollouts], "scores": [float(s) for s in scores],
+        info = {"rollouts": [[list(p) for p in r] for r in rollouts], "scores": [float(x) for x in scores],
                 "chosen": i, "select_seconds": agent_s}
         return Decision(chosen.action, chosen.proposed, chosen.how, [], map_s, info)
 

@@ -63,6 +63,8 @@ def add_pretrain_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-expert-positives", action="store_true",
                    help="do not add expert walkthrough chunks as positives")
     p.add_argument("--epochs", type=int, default=None, help="M_sa training epochs (default: ScorerConfig)")
+    p.add_argument("--train-only", action="store_true",
+                   help="skip collection; train M_sa on the episodes already recorded under OUT/collect")
     p.add_argument("--out", required=True, help="output folder (collect/, scorer/, pretrain.json)")
     _agent_args(p)
 
@@ -72,7 +74,8 @@ def pretrain_cmd(a: argparse.Namespace) -> int:
 
     facts = pretrain(a.out, games=a.tasks, episodes=a.episodes, split=a.split, data=a.data,
                      expert_positives=not a.no_expert_positives, agent_config=_agent_config(a), llm=a.llm,
-                     n_threads=a.n_threads, workers=a.workers, epochs=a.epochs, fewshot=a.fewshot or DEFAULT_FEWSHOT)
+                     n_threads=a.n_threads, workers=a.workers, epochs=a.epochs, fewshot=a.fewshot or DEFAULT_FEWSHOT,
+                     train_only=a.train_only)
     print(json.dumps(facts))
     return 0
 

@@ -267,10 +267,11 @@ def run_protocol(run_dir: str | Path, cfg: RunConfig, fewshot: str | Path = DEFA
 def pretrain(out_dir: str | Path, games: int = 6, episodes: int = 2, split: str = "valid_seen",
              data: str | None = None, expert_positives: bool = True, agent_config: AgentConfig | None = None,
              llm: str | None = None, n_threads: int = 1, workers: int = 1, epochs: int | None = None,
-             fewshot: str | Path = DEFAULT_FEWSHOT) -> dict[str, Any]:
+             fewshot: str | Path = DEFAULT_FEWSHOT, train_only: bool = False) -> dict[str, Any]:
     """Reflexion episodes on ``split`` (persisted, resumable: ``out_dir/collect``), then M_sa
     trained on 4-pair chunks labelled by outcome (plus expert walkthrough chunks as positives
-    when ``expert_positives``), saved to ``out_dir/scorer``. Returns training facts."""
+    when ``expert_positives``), saved to ``out_dir/scorer``. ``train_only``: skip the collection
+    and train on the episodes recorded so far (an interrupted collection). Returns training facts."""
     from metacog_fast.scoring import ScorerConfig, TrajectoryScorer
 
     out = Path(out_dir)
@@ -283,7 +284,9 @@ def pretrain(out_dir: str | Path, games: int = 6, episodes: int = 2, split: str 
     buckets = _group_by_type(games_list, workers)
     d = cfg.to_dict()
     t0 = time.perf_counter()
-    if len(buckets) == 1:
+    if train_only:
+        pass
+    elif len(buckets) == 1:
         _worker(str(collect), d, buckets[0], str(fewshot), True)
     else:
         ctx = mp.get_context("spawn")
@@ -292,6 +295,8 @@ def pretrain(out_dir: str | Path, games: int = 6, episodes: int = 2, split: str 
     records = []
     for g in games_list:
         records += load_records(collect, g["game"], episode_plan(cfg))
+    if not records and not expert_positives:
+        raise ValueError(f"{collect}: no recorded episodes and no expert positives: nothing to train on")
     ex = chunk_examples(records)
     n_expert = 0
     if expert_positives:
@@ -304,7 +309,8 @@ def pretrain(out_dir: str | Path, games: int = 6, episodes: int = 2, split: str 
     facts = {"episodes": len(records), "successes": sum(bool(r["won"]) for r in records),
              "chunks_from_episodes": len(ex) - n_expert, "chunks_from_expert": n_expert,
              "positives": int(sum(e["label"] for e in ex)), "final_loss": losses[-1] if losses else None,
-             "collect_seconds": time.perf_counter() - t0, "expert_positives": expert_positives}
+             "collect_seconds": time.perf_counter() - t0, "expert_positives": expert_positives,
+             "train_only": train_only, "games_planned": games, "episodes_planned": games * episodes}
     write_json_atomic(out / "pretrain.json", facts)
     return facts
 
