@@ -7,6 +7,7 @@ import csv
 import io
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -151,6 +152,11 @@ def plot_steps_bars(results: Mapping[str, Mapping[str, Any]], T_max: int, path: 
     return out
 
 
+def slug(name: str) -> str:
+    """A file-name-safe form of a run name ("MUSE (sr_z=posterior)" -> "MUSE_sr_z_posterior")."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
+
+
 def write_report(runs: Mapping[str, tuple[str | Path, ProtocolConfig]], out_dir: str | Path) -> dict[str, Any]:
     """Evaluate each named run and write results.json, <name>.json, <name>_episodes.csv,
     table1.md, steps_to_success.png and type2_roc_<name>.png into ``out_dir``."""
@@ -163,10 +169,10 @@ def write_report(runs: Mapping[str, tuple[str | Path, ProtocolConfig]], out_dir:
         signal, outcome = r.pop("_signal")
         results[name] = r
         T_max = cfg.max_episode_steps
-        atomic_write_json(out / f"{name}.json", r)
-        atomic_write_bytes(out / f"{name}_episodes.csv", episodes_csv(run_dir, cfg).encode())
+        atomic_write_json(out / f"{slug(name)}.json", r)
+        atomic_write_bytes(out / f"{slug(name)}_episodes.csv", episodes_csv(run_dir, cfg).encode())
         if "auroc2" in r and np.isfinite(r["auroc2"]):
-            plot_type2_roc(signal, outcome, out / f"type2_roc_{name}.png", title=f"Type-2 ROC ({name})")
+            plot_type2_roc(signal, outcome, out / f"type2_roc_{slug(name)}.png", title=f"Type-2 ROC ({name})")
     atomic_write_json(out / "results.json", results)
     atomic_write_bytes(out / "table1.md", table_markdown(results).encode())
     plot_steps_bars(results, T_max, out / "steps_to_success.png")
@@ -174,7 +180,7 @@ def write_report(runs: Mapping[str, tuple[str | Path, ProtocolConfig]], out_dir:
 
 
 def assess_on_scripted(stem: str | Path, tasks: tuple[str, ...], episodes_per_task: int = 4, seed: int = 12345,
-                       backend: str = "auto") -> dict[str, Any]:
+                       backend: str = "auto", roc_path: str | Path | None = None) -> dict[str, Any]:
     """Supplementary check of the SA head on *known* tasks: held-out layouts (``seed``) driven by
     the noisy/delayed scripted policy (so both outcomes occur), the agent only filtering the
     observations (its recurrence uses the executed action). Returns accuracy, AUROC2 and counts."""
@@ -220,4 +226,6 @@ def assess_on_scripted(stem: str | Path, tasks: tuple[str, ...], episodes_per_ta
                            "metacognitive_accuracy": metacognitive_accuracy(psi.ravel(), lab.ravel()),
                            "tasks": list(tasks), "seed": seed}
     res["auroc2"] = auroc2(psi.sum(-1), out) if 0 < out.sum() < out.size else float("nan")
+    if roc_path is not None and np.isfinite(res["auroc2"]):
+        plot_type2_roc(psi.sum(-1), out, roc_path, title="Type-2 ROC, known tasks (scripted)")
     return res
