@@ -20,6 +20,8 @@ def _agent_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rollouts", type=int, default=d.rollouts, help=f"MUSE rollouts per step (default {d.rollouts})")
     p.add_argument("--rollout-max-tokens", type=int, default=d.rollout_max_tokens,
                    help=f"tokens per MUSE rollout (default {d.rollout_max_tokens})")
+    p.add_argument("--examples", type=int, default=d.examples,
+                   help=f"few-shot examples of the task type in the prompt (default {d.examples})")
     p.add_argument("--seed", type=int, default=d.seed, help="sampling seed (default 0)")
     p.add_argument("--llm", default=None, help="LLM URI (default: $METACOG_LLM, then embedded SmolLM2)")
     p.add_argument("--n-threads", type=int, default=1, help="llama.cpp threads per worker (default 1)")
@@ -29,7 +31,7 @@ def _agent_args(p: argparse.ArgumentParser) -> None:
 
 
 def _agent_config(a: argparse.Namespace) -> AgentConfig:
-    return AgentConfig(max_steps=a.max_steps, map_actions=a.map_actions, rollouts=a.rollouts,
+    return AgentConfig(max_steps=a.max_steps, map_actions=a.map_actions, rollouts=a.rollouts, examples=a.examples,
                        rollout_max_tokens=a.rollout_max_tokens, seed=a.seed).validate()
 
 

@@ -45,8 +45,9 @@ def _game_success(test: list[dict[str, Any]]) -> float:
     return float(np.mean([np.mean(v) for v in by_game.values()])) if by_game else float("nan")
 
 
-def summarize(recs: list[dict[str, Any]], phase: str = "test") -> dict[str, Any]:
-    """Metrics of one agent's records of ``phase``."""
+def summarize(recs: list[dict[str, Any]], phase: str = "test", adapted: bool = True) -> dict[str, Any]:
+    """Metrics of one agent's records of ``phase``. ``adapted``: the run had adaptation episodes
+    (without them the adapted g_eta is the pre-deployment one, so only "no_adaptation" is reported)."""
     from metacog_fast.metrics import auroc2, mean_steps_charged, metacognitive_accuracy
 
     sel = [r for r in recs if r["phase"] == phase]
@@ -63,7 +64,9 @@ def summarize(recs: list[dict[str, Any]], phase: str = "test") -> dict[str, Any]
                               "mean_steps_charged": float(mean_steps_charged(
                                   np.array([r["steps"] for r in st]), np.array([bool(r["won"]) for r in st]))),
                               "episodes": len(st)}
-    for key, name in (("chunk_probs_pre", "no_adaptation"), ("chunk_probs", "adaptation")):
+    conds = (("chunk_probs_pre", "no_adaptation"), ("chunk_probs", "adaptation")) if adapted else \
+        (("chunk_probs_pre", "no_adaptation"),)
+    for key, name in conds:
         probs, labels = [], []
         for r in sel:
             for p in r.get(key, []) or []:
@@ -111,7 +114,7 @@ def report(root: str | Path, out: str | Path | None = None) -> dict[str, Any]:
         cfg, recs = load_run(run)
         c = cfg["config"]
         label = c["agent"]
-        summ = summarize(recs, "test")
+        summ = summarize(recs, "test", adapted=c["adapt_episodes"] > 0)
         summ["adapt_episodes"] = c["adapt_episodes"]
         summ["config"] = c
         summ["run"] = str(run)
