@@ -36,7 +36,7 @@ def test_sa_loss_trains_sa_head_only_for_muse(muse):
     loss, aux = m.world_model_loss(_batch(3, 5))
     assert torch.isfinite(loss)
     loss.backward()
-    sa_grads = [p.grad for p in m.rssm.group("sa")]
+    sa_grads = [p.grad for p in m.rssm_group("sa")]
     if muse:
         assert all(g is not None and g.abs().sum() > 0 for g in sa_grads)
         assert "loss_sa" in aux["metrics"]

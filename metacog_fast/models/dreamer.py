@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from metacog_fast.kernels.reference import rssm as ref
-from metacog_fast.models.rssm_params import RssmParams
+from metacog_fast.kernels.rssm import init_rssm_weights
+from metacog_fast.models.rssm import RSSM
 
 
 def symlog(x: torch.Tensor) -> torch.Tensor:
@@ -130,10 +131,10 @@ class Dreamer(nn.Module):
         self.D, self.Hd, self.E = sz["D"], sz["Hd"], sz["E"]
         self.Z = cfg.S * cfg.C
         torch.manual_seed(cfg.seed)
-        self.rssm = RssmParams(
-            preset=None, D=self.D, Hd=self.Hd, S=cfg.S, C=cfg.C, A=cfg.action_dim, E=self.E,
+        self.rssm = RSSM(None, weights=init_rssm_weights(
+            None, D=self.D, Hd=self.Hd, S=cfg.S, C=cfg.C, A=cfg.action_dim, E=self.E,
             L=cfg.layers, N=cfg.N, seed=cfg.seed,
-        )
+        ), classes=cfg.C)
         F_ = self.D + self.Z
         self.encoder = MLP(cfg.obs_dim, self.Hd, self.E, cfg.layers)
         self.decoder = MLP(F_, self.Hd, cfg.obs_dim, cfg.layers)
@@ -146,16 +147,20 @@ class Dreamer(nn.Module):
             p.requires_grad_(False)
         self.register_buffer("return_scale", torch.ones(()))
         self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
-        actor = set(id(p) for p in self.rssm.group("actor"))
+        actor = set(id(p) for p in self.rssm_group("actor"))
         self.wm_params = [p for p in self.rssm.parameters() if id(p) not in actor]
         self.wm_params += list(self.encoder.parameters()) + list(self.decoder.parameters())
         self.wm_params += list(self.reward.parameters()) + list(self.cont.parameters())
-        self.actor_params = self.rssm.group("actor")
+        self.actor_params = self.rssm_group("actor")
         self.wm_opt = torch.optim.Adam(self.wm_params, lr=cfg.wm_lr, eps=1e-8)
         self.actor_opt = torch.optim.Adam(self.actor_params, lr=cfg.ac_lr, eps=1e-5)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.ac_lr, eps=1e-5)
 
     # --- pieces ---------------------------------------------------------------------------
+
+    def rssm_group(self, prefix: str) -> list[nn.Parameter]:
+        """RSSM parameters whose SPEC name starts with ``prefix + '.'`` (e.g. "actor", "sa")."""
+        return [p for k, p in self.rssm.named_parameters() if k.startswith(prefix + ".")]
 
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
         """obs [.., O] -> embed [.., E] (the encoder sees symlog(obs))."""
@@ -338,7 +343,7 @@ class Dreamer(nn.Module):
     def acting_weights(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """(RSSM weights with SPEC names, encoder weights) as float32 numpy, for the agent."""
         enc = {k: np.ascontiguousarray(v.detach().cpu().numpy(), dtype=np.float32) for k, v in self.encoder.state_dict().items()}
-        return self.rssm.numpy_weights(), enc
+        return self.rssm.kernel_weights(), enc
 
     # --- optimiser state as flat tensors (safetensors-friendly) -------------------------------------
 
@@ -362,6 +367,10 @@ class Dreamer(nn.Module):
             for i, p in enumerate(params):
                 st = {k.split(".", 2)[2]: v.clone() for k, v in tensors.items() if k.startswith(f"{oname}.{i}.")}
                 if st:
+                    avg = st.get("exp_avg")
+                    if avg is not None and avg.shape != p.shape:
+                        raise ValueError(f"optimizer state {oname}.{i}: shape {list(avg.shape)} does not match "
+                                         f"its parameter {list(p.shape)} (checkpoint from a different model?)")
                     if "step" in st:
                         st["step"] = st["step"].float()
                     opt.state[p] = st
