@@ -6,6 +6,7 @@ Times are seconds of simulation time (floats); recency decays by ``decay`` per
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import threading
@@ -22,8 +23,6 @@ from metacog_fast.memory.config import MemoryConfig
 from metacog_fast.memory.db import Database, dumps_meta
 from metacog_fast.memory.rwlock import RWLock
 from metacog_fast.memory.table import Table
-
-import json
 
 FILTER_KEYS = ("agent", "kind", "since")
 
@@ -70,7 +69,7 @@ class MemoryStore:
         self._pending_access: dict[int, float] = {}
         self._added_since_save = 0
         self._gen = 0  # bumped by every add/forget: invalidates cached filter masks
-        self._mask_cache: dict[tuple, tuple[int, np.ndarray, Callable[[int], bool] | None]] = {}
+        self._mask_cache: dict[tuple, tuple[int, int, np.ndarray, Callable[[int], bool]]] = {}
         self._closed = False
         be = resolve_backend(config.backend, has=("cpu", "torch"))
         # The store validates its own arrays, so it calls the compiled kernel directly.
