@@ -62,12 +62,14 @@ def _ran(_result: Any) -> int:
 # Another environment is one more line in the table(s) it supports.
 RUN_ENVS: dict[str, str] = {
     "alfworld": "metacog_fast.agents.alfworld.cli:attach_run",
+    "scienceworld": "metacog_fast.agents.scienceworld.cli:attach_run",
 }
 PRETRAIN_ENVS: dict[str, str] = {
     "alfworld": "metacog_fast.agents.alfworld.cli:attach_pretrain",
 }
 REPORT_ENVS: dict[str, str] = {
     "alfworld": "metacog_fast.agents.alfworld.cli:attach_report",
+    "scienceworld": "metacog_fast.agents.scienceworld.cli:attach_report",
 }
 
 

@@ -1,0 +1,76 @@
+"""Configuration of the dual-process agent and the four feature-flag configurations."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+CONFIG_NAMES = ("baseline", "amm", "srm", "full")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Everything that changes the agent's behaviour in an episode."""
+
+    use_amm: bool = False
+    """Adaptive Memory Module: salience-gated writes, T1 (after a Swift failure) and T4 (Sage) retrieval."""
+    use_srm: bool = False
+    """Self-Reflection Module: Gate-1 before every execution, stagnation signals, the Critic."""
+    swift: str = "ranker"
+    """Swift proposer: "ranker" (learned imitation ranker) or "llm" (LLM constrained choice)."""
+    max_steps: int = 30
+    """Environment steps per episode (the step budget)."""
+    sage_candidates: int = 6
+    """Top Swift candidates offered to Sage (and the Critic) as grounded options."""
+    sage_actions: int = 2
+    """Actions Sage writes into the FIFO buffer per call."""
+    sage_plan_tokens: int = 24
+    """Tokens of Sage's free-text plan."""
+    plan_every: int = 10
+    """Deliberate planning: Sage is called when this many steps passed since its last call."""
+    no_progress_steps: int = 4
+    """Sage is called after this many consecutive steps without a score increase."""
+    critic_budget: int = 3
+    """Critic calls per episode at most (paper: 3)."""
+    stagnation_window: int = 6
+    """Steps of trajectory the stagnation detectors look at."""
+    memory_k: int = 3
+    """Records returned per T1/T4 retrieval."""
+    t1_boost: float = 2.0
+    """Score added (in ranker logits) to valid actions suggested by T1-retrieved records."""
+    repair_cutoff: float = 0.85
+    """difflib similarity a Gate-1 fuzzy repair needs (minor mismatches only)."""
+    history: int = 4
+    """Recent (action, observation) pairs shown to Sage and the Critic."""
+    seed: int = 0
+    """Seed of LLM sampling and ranker tie-breaking."""
+
+    def validate(self) -> "AgentConfig":
+        if self.swift not in ("ranker", "llm"):
+            raise ValueError(f"swift: expected 'ranker' or 'llm', got {self.swift!r}")
+        for name in ("max_steps", "sage_candidates", "sage_actions", "plan_every", "no_progress_steps",
+                     "stagnation_window", "memory_k", "history"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+        if self.critic_budget < 0:
+            raise ValueError(f"critic_budget: expected >= 0, got {self.critic_budget}")
+        if not 0.0 < self.repair_cutoff <= 1.0:
+            raise ValueError(f"repair_cutoff: expected in (0, 1], got {self.repair_cutoff}")
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+CONFIGS: dict[str, AgentConfig] = {
+    "baseline": AgentConfig(),
+    "amm": AgentConfig(use_amm=True),
+    "srm": AgentConfig(use_srm=True),
+    "full": AgentConfig(use_amm=True, use_srm=True),
+}
+
+
+def config_for(name: str, **overrides: Any) -> AgentConfig:
+    """The named configuration (baseline|amm|srm|full) with field overrides."""
+    if name not in CONFIGS:
+        raise ValueError(f"config: expected one of {CONFIG_NAMES}, got {name!r}")
+    return replace(CONFIGS[name], **overrides).validate()
