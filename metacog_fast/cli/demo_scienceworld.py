@@ -1,0 +1,61 @@
+"""``metacog demo --parts scienceworld``: one short episode of the full dual-process agent
+(Swift ranker trained on the gold path of one train variation, Sage, AMM, SRM) on a real task."""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from typing import Any
+
+from metacog_fast.cli.demo_registry import DemoPart, ProgressFactory, register_demo_part
+
+
+def _args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("scienceworld (opt-in)")
+    g.add_argument("--scienceworld-task", default="13", help="task index, id or name (default 13, find-plant)")
+    g.add_argument("--scienceworld-steps", type=int, default=8, help="step budget (default 8)")
+    g.add_argument("--scienceworld-config", default="full", help="baseline|amm|srm|full (default full)")
+
+
+def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
+    from metacog_fast.agents.scienceworld.agent import run_episode
+    from metacog_fast.agents.scienceworld.amm import AMM
+    from metacog_fast.agents.scienceworld.config import config_for
+    from metacog_fast.agents.scienceworld.runner import collect_gold
+    from metacog_fast.agents.scienceworld.swift import RankerSwift, train_ranker
+    from metacog_fast.envs import make_env
+    from metacog_fast.envs.scienceworld_env import resolve_task
+    from metacog_fast.llm import open_llm
+    from metacog_fast.memory import MemoryStore
+
+    if args.scienceworld_steps < 1:
+        raise ValueError(f"--scienceworld-steps: expected >= 1, got {args.scienceworld_steps}")
+    cfg = config_for(args.scienceworld_config, max_steps=args.scienceworld_steps)
+    task = int(args.scienceworld_task) if str(args.scienceworld_task).isdigit() else args.scienceworld_task
+    bar = progress(total=3, desc="scienceworld")
+    t0 = time.perf_counter()
+    model, stats = train_ranker(collect_gold(task, 1))
+    bar.update(1)
+    llm = open_llm(n_threads=1)
+    env = make_env("scienceworld", task=task, split="test", step_limit=cfg.max_steps + 5)
+    bar.update(1)
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            store = MemoryStore.open(os.path.join(d, "m.sqlite"), dim=384, synchronous="NORMAL", num_threads=1)
+            amm = AMM(store, resolve_task(task), cfg.memory_k) if cfg.use_amm else None
+            res = run_episode(env, cfg, RankerSwift(model), llm, env.variations[0], amm, args.scienceworld_config)
+            store.close()
+    finally:
+        env.close()
+        llm.close()
+    bar.update(1)
+    bar.close()
+    return {"task": res.task, "variation": res.variation, "config": res.config, "score": res.score, "won": res.won,
+            "steps": res.steps, "actions": res.actions, "mechanisms": res.mechanisms, "ranker": stats,
+            "episodes": [{"task": res.task, "success": res.won, "steps": res.steps}], "n_episodes": 1,
+            "success_rate": 1.0 if res.won else 0.0, "wall_seconds": time.perf_counter() - t0}
+
+
+register_demo_part(DemoPart("scienceworld", "one short ScienceWorld episode of the full dual-process agent (opt-in)",
+                            _args, _run, default=False))
