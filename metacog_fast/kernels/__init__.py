@@ -21,8 +21,8 @@ _EXPORTS = {
     "init_scoring_head": "scoring",
     "mean_pool_l2norm": "scoring",
     # Memory retrieval rerank (SPEC §1.4)
-    "memory_scores": "memory_rerank",
-    "memory_rerank": "memory_rerank",
+    "memory_scores": "memory_kernels",
+    "memory_rerank": "memory_kernels",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from metacog_fast._backend import core, resolve_backend
-from metacog_fast.kernels.memory_rerank import memory_rerank, memory_scores
+from metacog_fast.kernels.memory_kernels import memory_rerank, memory_scores
 from metacog_fast.memory import buckets as bk
 from metacog_fast.memory import index as hx
 from metacog_fast.memory.config import MemoryConfig

@@ -14,8 +14,6 @@ Not differentiable: the store ranks records, it does not train through them.
 """
 from __future__ import annotations
 
-import sys
-import types
 from typing import Any
 
 import numpy as np
@@ -131,15 +129,3 @@ def memory_rerank(
     )
     return rows.numpy(), scores.to(torch.float32).numpy()
 
-
-class _CallableModule(types.ModuleType):
-    """This module shares its name with its main function. Importing the submodule
-    directly makes ``metacog_fast.kernels.memory_rerank`` the module, not the function
-    exported by ``metacog_fast.kernels``; calling the module calls the function, so
-    both spellings behave the same."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
-        return memory_rerank(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
