@@ -18,7 +18,8 @@ from metacog_fast.cli.io import write_json_atomic
 from metacog_fast.envs.base import EnvSetupError
 
 # Modules that register demo parts on import; later issues append theirs here.
-PART_MODULES = ("metacog_fast.cli.demo_envs", "metacog_fast.cli.demo_agents", "metacog_fast.cli.demo_alfworld")
+PART_MODULES = ("metacog_fast.cli.demo_envs", "metacog_fast.cli.demo_agents", "metacog_fast.cli.demo_alfworld",
+                "metacog_fast.cli.demo_scienceworld")
 
 
 def load_parts() -> None:

@@ -1,4 +1,4 @@
-"""``metacog demo --parts scienceworld``: one short episode of the full dual-process agent
+"""``metacog demo --parts sw_agent``: one short episode of the full dual-process agent
 (Swift ranker trained on the gold path of one train variation, Sage, AMM, SRM) on a real task."""
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from metacog_fast.cli.demo_registry import DemoPart, ProgressFactory, register_d
 
 
 def _args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("scienceworld (opt-in)")
-    g.add_argument("--scienceworld-task", default="13", help="task index, id or name (default 13, find-plant)")
-    g.add_argument("--scienceworld-steps", type=int, default=8, help="step budget (default 8)")
-    g.add_argument("--scienceworld-config", default="full", help="baseline|amm|srm|full (default full)")
+    g = p.add_argument_group("sw_agent (opt-in)")
+    g.add_argument("--sw-agent-task", default="13", help="task index, id or name (default 13, find-plant)")
+    g.add_argument("--sw-agent-steps", type=int, default=8, help="step budget (default 8)")
+    g.add_argument("--sw-agent-config", default="full", help="baseline|amm|srm|full (default full)")
 
 
 def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
@@ -29,11 +29,11 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
     from metacog_fast.llm import open_llm
     from metacog_fast.memory import MemoryStore
 
-    if args.scienceworld_steps < 1:
-        raise ValueError(f"--scienceworld-steps: expected >= 1, got {args.scienceworld_steps}")
-    cfg = config_for(args.scienceworld_config, max_steps=args.scienceworld_steps)
-    task = int(args.scienceworld_task) if str(args.scienceworld_task).isdigit() else args.scienceworld_task
-    bar = progress(total=3, desc="scienceworld")
+    if args.sw_agent_steps < 1:
+        raise ValueError(f"--sw-agent-steps: expected >= 1, got {args.sw_agent_steps}")
+    cfg = config_for(args.sw_agent_config, max_steps=args.sw_agent_steps)
+    task = int(args.sw_agent_task) if str(args.sw_agent_task).isdigit() else args.sw_agent_task
+    bar = progress(total=3, desc="sw_agent")
     t0 = time.perf_counter()
     model, stats = train_ranker(collect_gold(task, 1))
     bar.update(1)
@@ -44,7 +44,7 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as d:
             store = MemoryStore.open(os.path.join(d, "m.sqlite"), dim=384, synchronous="NORMAL", num_threads=1)
             amm = AMM(store, resolve_task(task), cfg.memory_k) if cfg.use_amm else None
-            res = run_episode(env, cfg, RankerSwift(model), llm, env.variations[0], amm, args.scienceworld_config)
+            res = run_episode(env, cfg, RankerSwift(model), llm, env.variations[0], amm, args.sw_agent_config)
             store.close()
     finally:
         env.close()
@@ -57,5 +57,5 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
             "success_rate": 1.0 if res.won else 0.0, "wall_seconds": time.perf_counter() - t0}
 
 
-register_demo_part(DemoPart("scienceworld", "one short ScienceWorld episode of the full dual-process agent (opt-in)",
+register_demo_part(DemoPart("sw_agent", "one short ScienceWorld episode of the full dual-process agent (opt-in)",
                             _args, _run, default=False))
