@@ -211,7 +211,7 @@ def train_ranker(examples: list[GoldExample], epochs: int = 60, negatives: int =
         logits = torch.einsum("skh,sh->sk", C, T @ W.T + u) + F @ v
         acc = float((logits.argmax(1) == 0).float().mean())
     model = RankerModel(W.detach().numpy(), u.detach().numpy(), v.detach().numpy())
-    return model, {"train_loss": float(loss), "train_top1_sampled": acc, "steps": float(len(examples))}
+    return model, {"train_loss": float(loss.detach()), "train_top1_sampled": acc, "steps": float(len(examples))}
 
 
 class RankerSwift:

@@ -1,0 +1,86 @@
+"""End to end on a real ScienceWorld task: gold paths -> ranker, AMM warm-up, one episode per
+configuration, resume, report; mechanism accounting checked on the persisted episodes."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("scienceworld")
+from metacog_fast.envs import scienceworld_env as swe  # noqa: E402
+
+if swe.java_version() is None:
+    pytest.skip("Java is not installed: " + swe.JAVA_HINT, allow_module_level=True)
+
+from metacog_fast.agents.scienceworld.report import report  # noqa: E402
+from metacog_fast.agents.scienceworld.runner import RunConfig, run_protocol  # noqa: E402
+
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("swrun"))
+    cfg = RunConfig(tasks=[13], variations=1, max_steps=STEPS, warmup_per_task=1, workers=1)
+    res = run_protocol(out, cfg)
+    return out, cfg, res
+
+
+def _episodes(out: str) -> dict[str, dict]:
+    eps = {}
+    for c in ("baseline", "amm", "srm", "full"):
+        files = os.listdir(os.path.join(out, "episodes", c))
+        assert len(files) == 1
+        with open(os.path.join(out, "episodes", c, files[0])) as f:
+            eps[c] = json.load(f)
+    return eps
+
+
+def test_one_episode_per_configuration(run) -> None:
+    out, _, res = run
+    assert res["tasks"][0]["episodes"] == 4
+    eps = _episodes(out)
+    for c, e in eps.items():
+        m = e["mechanisms"]
+        assert e["task"] == "find-plant" and not e["errored"]
+        assert 1 <= e["steps"] <= STEPS and len(e["actions"]) == e["steps"]
+        assert 0.0 <= e["score"] <= 100.0
+        assert m["swift_steps"] + m["buffer_steps"] == e["steps"]
+        assert m["system2_calls"] == m["sage_calls"] + m["critic_calls"] >= 1  # Sage plans at step 0
+        assert m["critic_calls"] <= 3
+        assert e["llm_calls"] >= m["system2_calls"]
+        assert e["agent_seconds"] >= 0 and e["llm_seconds"] > 0 and e["env_seconds"] > 0
+        if "amm" in c or c == "full":
+            assert m["t4"] == m["sage_calls"]  # T4 accompanies every Sage planning call
+        else:
+            assert m["t1"] == m["t4"] == m["memory_writes"] == 0
+        if c in ("srm", "full"):
+            assert m["gate1_checks"] >= e["steps"]  # every executed action passed Gate-1
+            assert m["gate1_checks"] == m["gate1_repairs"] + m["gate1_drops"] + (m["gate1_checks"] - m["gate1_repairs"] - m["gate1_drops"])
+        else:
+            assert m["gate1_checks"] == m["critic_calls"] == m["stagnation_events"] == 0
+    with open(os.path.join(out, "memory", "warmup", "find-plant.sqlite.done.json")) as f:
+        warm = json.load(f)
+    assert len(warm["episodes"]) == 1 and warm["records"] == warm["episodes"][0]["mechanisms"]["memory_writes"]
+
+
+def test_resume_runs_nothing_twice_and_rejects_other_configs(run) -> None:
+    out, cfg, _ = run
+    again = run_protocol(out, cfg)
+    assert again["tasks"][0]["episodes"] == 0
+    with pytest.raises(ValueError, match="different configuration"):
+        run_protocol(out, RunConfig(tasks=[13], variations=1, max_steps=STEPS + 1, warmup_per_task=1))
+
+
+def test_report_tables_and_chart(run) -> None:
+    out, _, _ = run
+    summary = report(out)
+    assert set(summary) == {"baseline", "amm", "srm", "full"}
+    for s in summary.values():
+        assert s["episodes"] == 1 and s["tasks"] == 1
+        assert 0.0 <= s["mechanisms"]["swift_executed_pct"] <= 100.0
+        assert abs(s["mechanisms"]["swift_executed_pct"] + s["mechanisms"]["buffer_executed_pct"] - 100.0) < 1e-6
+    md = open(os.path.join(out, "tables.md")).read()
+    assert "Table 1" in md and "Table 2" in md and "find-plant" in md
+    assert os.path.getsize(os.path.join(out, "scores.png")) > 1000
