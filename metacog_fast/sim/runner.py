@@ -202,9 +202,9 @@ def aggregate(rs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def markdown_table(doc: dict[str, Any]) -> str:
     cols = [k for k in next(iter(doc["table"].values())) if k != "runs"]
-    lines = [f"# Ablation: {doc['scenario']} ({doc['agents']} agents, {doc['steps']} steps, {doc['runs']} runs each)", "",
-             "| config | modules | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    lines = [f"# Ablation: {doc['scenario']} ({doc['agents']} agents, {doc['steps']} steps; mean ± std over runs)", "",
+             "| config | modules | runs | " + " | ".join(cols) + " |", "|---|---|---|" + "---|" * len(cols)]
     for name, row in doc["table"].items():
         cells = [f"{row[c]['mean']:.3g} ± {row[c]['std']:.2g}" if c in row else "-" for c in cols]
-        lines.append(f"| {name} | {doc['configs'][name]} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | {doc['configs'][name]} | {row['runs']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
