@@ -1,0 +1,242 @@
+"""The plan-execute agent: plan -> per sub-task ReAct loop (<= 20 actions, procedural index consulted,
+one retry without procedural memory after a failure) -> reflect -> re-plan -> final review -> distil."""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from metacog_fast.agents.experience import entries as en
+from metacog_fast.agents.experience import prompts as pr
+from metacog_fast.agents.experience import reflect as rf
+from metacog_fast.agents.experience.config import ExperienceConfig
+from metacog_fast.agents.experience.memory import ExperienceMemory, now_iso
+from metacog_fast.agents.experience.tools import ACCESS_GUIDE, ENV_TOOLS, FINISH, action_type
+from metacog_fast.agents.experience.trajectory import Step, SubTask, SubTaskQueue, SubTaskResult
+
+AUTO_CONSULT_SIM = 0.5
+"""Cosine (skill vs sub-task) above which the best SOP is fetched automatically at sub-task start."""
+
+
+@dataclass
+class TaskRecord:
+    """One task (episode) of a protocol run; one JSON line in episodes.jsonl."""
+
+    game: str
+    task: str
+    task_type: str
+    won: bool
+    score: float
+    env_actions: int
+    subtasks: list[dict[str, Any]]
+    subtasks_total: int
+    subtasks_flagged: int
+    retries: int
+    replans: int
+    replans_changed: int
+    tokens: int
+    llm_calls: int
+    seconds: float
+    memory_sizes: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class PlanExecuteAgent:
+    """Runs one task at a time in an env adapter (``metacog_fast.envs`` protocol).
+
+    ``memory=None`` or ``config.use_memory=False`` is the no-memory baseline; ``config.learn=False``
+    reads memory without writing (transfer / cross-model)."""
+
+    def __init__(self, llm: Any, env_name: str, memory: ExperienceMemory | None = None,
+                 config: ExperienceConfig | None = None, run_id: str = "", model: str = "",
+                 count_tokens: pr.TokenCounter | None = None) -> None:
+        if env_name not in ENV_TOOLS:
+            raise ValueError(f"env_name must be one of {sorted(ENV_TOOLS)}, got {env_name!r}")
+        self.llm = llm
+        self.env_name = env_name
+        self.config = config or ExperienceConfig()
+        self.memory = memory if self.config.use_memory else None
+        if self.memory is not None:
+            self.memory.ensure_tools(env_name)
+        self.run_id = run_id
+        self.model = model
+        self.count = count_tokens or pr.llm_token_counter(llm)
+
+    # ------------------------------------------------------------- one task
+    def run_task(self, env: Any, **reset_options: Any) -> TaskRecord:
+        t0 = time.perf_counter()
+        u0 = (self.llm.usage.prompt_tokens + self.llm.usage.completion_tokens, self.llm.usage.calls)
+        obs, info = env.reset(**reset_options)
+        self.env = env
+        self.task = str(info.get("task", ""))
+        self.task_type = str(info.get("task_type", info.get("task_name", "")))
+        self.admissible = list(info.get("admissible") or [])
+        self.last_obs = str(obs)
+        self.done = False
+        self.won = False
+        self.score = 0.0
+        self.env_actions = 0
+        prov = en.Provenance(task=self.task, run=self.run_id, date=now_iso(), model=self.model)
+
+        queue = SubTaskQueue(self.plan(), self.config.max_subtasks)
+        results: list[SubTaskResult] = []
+        retries = changed = replans = 0
+        reviewed = False
+        while not self.done and self.env_actions < self.config.episode_action_cap:
+            if not queue:
+                # Final review: the plan is used up; if the task is not won, one last sub-task is the task itself.
+                if reviewed:
+                    break
+                reviewed = True
+                queue.items.append(SubTask(self.task, self.task))
+            st = queue.pop()
+            use_proc = self.memory is not None
+            res = self.run_subtask(st, use_procedural=use_proc)
+            self.judge(res, last=not queue)
+            if not res.flag and use_proc and self.config.retry_without_procedural and not self.done:
+                self._count_sop(res)
+                retries += 1
+                res = self.run_subtask(st, use_procedural=False, retry=True)
+                self.judge(res, last=not queue)
+            self._count_sop(res)
+            if res.flag and self.memory is not None and self.config.learn:
+                sop = rf.distill_sop(self.env_name, self.task_type, res, prov)
+                if sop is not None:
+                    self.memory.add_sop(sop)
+            results.append(res)
+            if self.done or self.env_actions >= self.config.episode_action_cap:
+                break
+            replans += 1
+            new = self.replan(queue, results)
+            if new is not None and queue.replace(new):
+                changed += 1
+        if self.memory is not None and self.config.learn:
+            self.distill_task(results, prov)
+        usage = self.llm.usage
+        return TaskRecord(
+            game=str(info.get("gamefile", reset_options.get("game", ""))), task=self.task,
+            task_type=self.task_type, won=self.won, score=self.score, env_actions=self.env_actions,
+            subtasks=[_result_summary(r) for r in results], subtasks_total=len(results),
+            subtasks_flagged=sum(r.flag for r in results), retries=retries, replans=replans,
+            replans_changed=changed,
+            tokens=usage.prompt_tokens + usage.completion_tokens - u0[0], llm_calls=usage.calls - u0[1],
+            seconds=time.perf_counter() - t0,
+            memory_sizes=self.memory.sizes() if self.memory is not None else {})
+
+    # ------------------------------------------------------------- planning
+    def plan(self) -> list[SubTask]:
+        strategic = [s.text() for s in self.memory.strategic] if self.memory else []
+        skills = [p.skill for p in self.memory.active_sops(self.env_name)] if self.memory else []
+        prompt = pr.plan_prompt(self.task, self.last_obs, self.config.max_subtasks, strategic, skills)
+        text = self.llm.complete(prompt, max_tokens=self.config.plan_max_tokens, stop=["\n\n"])[0].text
+        items = pr.parse_plan(text, self.config.max_subtasks)
+        # An unusable plan falls back to the task as its own single sub-task.
+        return items or [SubTask(self.task, self.task)]
+
+    def replan(self, queue: SubTaskQueue, results: list[SubTaskResult]) -> list[SubTask] | None:
+        done = [(r.subtask.description, r.flag) for r in results]
+        prompt = pr.replan_prompt(self.task, done, queue.items, self.last_obs, self.config.max_subtasks)
+        text = self.llm.complete(prompt, max_tokens=self.config.plan_max_tokens, stop=["\n\n"])[0].text
+        items = pr.parse_plan(text, self.config.max_subtasks)
+        return items or None  # unparseable: keep the queue
+
+    # ------------------------------------------------------------- acting
+    def run_subtask(self, st: SubTask, use_procedural: bool, retry: bool = False) -> SubTaskResult:
+        steps: list[Step] = []
+        res = SubTaskResult(st, steps, claimed=False, capped=False, won=False, retry=retry)
+        sops = {p.skill: p for p in self.memory.active_sops(self.env_name)} if (use_procedural and self.memory) else {}
+        if sops:
+            best = self.memory.find_sop(self.env_name, st.description)
+            if best is not None:
+                e = self.memory.embed([st.description, best.skill])
+                if float(e[0] @ e[1]) >= AUTO_CONSULT_SIM:
+                    steps.append(Step(f"{ACCESS_GUIDE} {best.skill}", best.text(), "guide"))
+                    res.sop_used = best.key
+        for n_act in range(self.config.subtask_action_cap):
+            if self.done or self.env_actions >= self.config.episode_action_cap:
+                break
+            options = list(dict.fromkeys(self.admissible + [f"{ACCESS_GUIDE} {k}" for k in sops] + [FINISH]))
+            prompt = self.action_prompt(st, steps, sops, use_procedural)
+            action = self.llm.generate_choice(prompt, options).text
+            if action == FINISH:
+                res.claimed = True
+                steps.append(Step(FINISH, "", "finish"))
+                break
+            if action.startswith(ACCESS_GUIDE + " ") and action[len(ACCESS_GUIDE) + 1:] in sops:
+                sop = sops[action[len(ACCESS_GUIDE) + 1:]]
+                steps.append(Step(action, sop.text(), "guide"))
+                res.sop_used = sop.key
+                continue
+            obs = self.env_step(action)
+            tip = self.memory.dynamic_instruction(self.env_name, action_type(self.env_name, action)) \
+                if self.memory is not None else ""
+            steps.append(Step(action, obs, "env", tip))
+        else:
+            res.capped = True
+        res.won = self.won
+        return res
+
+    def env_step(self, action: str) -> str:
+        obs, _reward, done, info = self.env.step(action)
+        self.env_actions += 1
+        self.admissible = list(info.get("admissible") or self.admissible)
+        self.last_obs = str(obs)
+        self.won = self.won or bool(info.get("won", info.get("success", False)))
+        self.score = max(self.score, float(info.get("score", 1.0 if self.won else 0.0) or 0.0))
+        self.done = bool(done)
+        return str(obs)
+
+    def action_prompt(self, st: SubTask, steps: list[Step], sops: dict[str, en.SOP], use_procedural: bool) -> str:
+        tools = [t.static for t in (self.memory.tools(self.env_name) if self.memory else [])] or \
+            list(ENV_TOOLS[self.env_name].values())
+        if not use_procedural or not sops:
+            tools = [t for t in tools if not t.startswith(ACCESS_GUIDE)]
+        head = [pr.SYSTEM, pr.tools_section(tools), f"Task: {self.task}",
+                f"Current sub-task: {st.description} (done when: {st.goal})"]
+        optional = []
+        if self.memory is not None and self.memory.strategic:
+            optional.append(pr.strategic_section([s.text() for s in self.memory.strategic]))
+        if sops:
+            optional.append(pr.index_section(list(sops)))
+        return pr.assemble(head, optional, steps, "> ", self.config.prompt_token_budget, self.count)
+
+    # ------------------------------------------------------------- reflecting
+    def judge(self, res: SubTaskResult, last: bool) -> None:
+        verify = None if self.done else self._verify
+        v = rf.check_subtask(res, last=last, verify=verify, env_name=self.env_name)
+        res.flag, res.report = v.flag, v.report
+
+    def _verify(self, cmd: str) -> str:
+        if self.done:
+            return ""
+        return self.env_step(cmd)
+
+    def _count_sop(self, res: SubTaskResult) -> None:
+        if res.sop_used and self.memory is not None and self.config.learn and res.sop_used in self.memory.procedural:
+            self.memory.record_sop_outcome(self.memory.procedural[res.sop_used], res.flag)
+
+    def distill_task(self, results: list[SubTaskResult], prov: en.Provenance) -> None:
+        mem = self.memory
+        assert mem is not None
+        for s in mem.strategic:
+            s.counts.record(self.won)
+        for d in rf.dilemmas(results, self.won):
+            rule = rf.clean_rule(self.llm.complete(pr.strategy_prompt(self.task, d),
+                                                   max_tokens=self.config.distill_max_tokens, stop=["\n"])[0].text)
+            if rule:
+                mem.add_strategic(en.StrategicEntry(d, rule, provenance=prov))
+        used = {action_type(self.env_name, s.action) for r in results for s in r.steps if s.kind == "env"}
+        for a in used:
+            t = mem.tool.get(f"{self.env_name}/{a}")
+            if t is not None:
+                t.counts.record(self.won)
+        for a, instr in rf.distill_tools(self.env_name, results).items():
+            mem.set_dynamic(self.env_name, a, instr, prov)
+
+
+def _result_summary(r: SubTaskResult) -> dict[str, Any]:
+    return {"description": r.subtask.description, "goal": r.subtask.goal, "flag": r.flag, "report": r.report,
+            "claimed": r.claimed, "capped": r.capped, "retry": r.retry, "sop_used": r.sop_used,
+            "actions": [s.action for s in r.steps if s.kind in ("env", "guide", "verify")]}
