@@ -109,5 +109,9 @@ EXTERNAL_COMMANDS: dict[str, ExternalCommand] = {
                         "metacog_fast.cli.commands:_attach_pretrain"),
         ExternalCommand("report", "tables, plots and costs of a language-agent run (metacog report alfworld RUN)",
                         "metacog_fast.cli.commands:_attach_report"),
+        ExternalCommand("learn", "experience-memory agents learning on the job (metacog learn alfworld --iterations 3)",
+                        "metacog_fast.agents.experience.cli:attach_learn"),
+        ExternalCommand("memory", "show, export or import experience memory (metacog memory show FILE)",
+                        "metacog_fast.agents.experience.cli:attach_memory"),
     )
 }
