@@ -42,7 +42,7 @@ def run_cmd(a: argparse.Namespace) -> int:
 def report_cmd(a: argparse.Namespace) -> int:
     from metacog_fast.agents.scienceworld.report import report
 
-    report(a.run, a.out)
+    report(a.run, a.out, all_episodes=a.all_episodes)
     with open(f"{a.out or a.run}/tables.md") as f:
         print(f.read())
     return 0
@@ -59,4 +59,6 @@ def attach_report(sub: Any) -> None:
     p = sub.add_parser("scienceworld", help="tables, mechanism counts and score chart of a ScienceWorld run")
     p.add_argument("run", help="run folder")
     p.add_argument("--out", default=None, help="output folder (default: the run)")
+    p.add_argument("--all-episodes", action="store_true",
+                   help="count every episode (default: only task/variations every configuration ran)")
     p.set_defaults(func=report_cmd)

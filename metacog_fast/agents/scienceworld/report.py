@@ -153,15 +153,33 @@ def score_chart(summary: dict[str, dict[str, Any]], path: str) -> None:
     os.replace(tmp, path)
 
 
-def report(run: str, out: str | None = None) -> dict[str, Any]:
-    """Summaries of every configuration in ``run``; writes report.json, tables.md, scores.png."""
+def paired(eps: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """Keep the (task, variation) episodes every configuration has (a run stopped early is
+    compared on the same episodes); returns the kept episodes and how many were left out."""
+    keys = [{(e["task"], e["variation"]) for e in es} for es in eps.values()]
+    common = set.intersection(*keys) if keys else set()
+    kept = {c: [e for e in es if (e["task"], e["variation"]) in common] for c, es in eps.items()}
+    dropped = sum(len(es) for es in eps.values()) - sum(len(es) for es in kept.values())
+    return kept, dropped
+
+
+def report(run: str, out: str | None = None, all_episodes: bool = False) -> dict[str, Any]:
+    """Summaries of every configuration in ``run``; writes report.json, tables.md, scores.png.
+
+    By default only (task, variation) pairs present in every configuration count (``all_episodes``
+    keeps everything)."""
     eps = load_episodes(run)
     if not eps:
         raise ValueError(f"run: no episodes under {os.path.join(run, 'episodes')}")
-    summary = {c: summarise(e) for c, e in eps.items()}
+    dropped = 0
+    if not all_episodes:
+        eps, dropped = paired(eps)
+    summary = {c: summarise(e) for c, e in eps.items() if e}
+    if not summary:
+        raise ValueError(f"run: no (task, variation) was evaluated by every configuration in {run}")
     out = out or run
-    write_json(os.path.join(out, "report.json"), summary)
-    md = tables_markdown(summary)
+    write_json(os.path.join(out, "report.json"), {"configs": summary, "unpaired_episodes_left_out": dropped})
+    md = tables_markdown(summary) + f"\nEpisodes left out because not every configuration ran them: {dropped}\n"
     tmp = os.path.join(out, "tables.md.tmp")
     with open(tmp, "w") as f:
         f.write(md)
