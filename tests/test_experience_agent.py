@@ -235,3 +235,24 @@ def test_one_episode_with_the_embedded_llm(env):
     assert rec.tokens > 0 and rec.llm_calls >= 3 and rec.subtasks_total >= 1
     assert all(len([a for a in s["actions"]]) <= 2 + 2 for s in rec.subtasks)
     llm.close()
+
+
+def test_transfer_uses_frozen_memory_written_by_another_model(tmp_path):
+    from metacog_fast.agents.experience import protocols as pt
+
+    mem = ExperienceMemory()
+    mem.ensure_tools("alfworld")
+    mem.add_sop(en.SOP("alfworld", "put book on sidetable", [], ["go to sidetable <n>"],
+                       provenance=en.Provenance(model="http://other-server/v1")))
+    src = tmp_path / "mem.json"
+    mem.export_json(src)
+    before = json.loads(src.read_text())
+    cfg = pt.ProtocolConfig(games=[str(GAME)], out=str(tmp_path / "t"), memory_in=str(src))
+    llm = ScriptedLLM(plans=[], act=lambda p, o: "finish")
+    m = pt.transfer(cfg, ExperienceConfig(episode_action_cap=3, subtask_action_cap=2), llm=llm, log=lambda s: None)
+    assert [(r["condition"], r["iteration"]) for r in m["rows"]] == [("baseline", 0), ("frozen", 1)]
+    after = json.loads((tmp_path / "t" / "memory.json").read_text())
+    assert after["procedural"] == before["procedural"] and after["strategic"] == before["strategic"]  # frozen
+    assert any("SOP [alfworld] put book on sidetable" in p for p, _ in llm.choices)  # it was used
+    with pytest.raises(ValueError, match="memory_in"):
+        pt.transfer(pt.ProtocolConfig(out=str(tmp_path / "u")), llm=llm)
