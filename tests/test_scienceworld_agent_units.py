@@ -268,3 +268,27 @@ def test_report_rejects_malformed_episodes(tmp_path) -> None:
     with pytest.raises(ValueError, match="lacks"):
         load_episodes(str(tmp_path))
     assert json.loads((tmp_path / "episodes" / "srm" / "a__1.json").read_text()) == {"config": "srm"}
+
+
+def test_report_pairs_episodes_across_configurations() -> None:
+    from metacog_fast.agents.scienceworld.report import paired, summarise
+
+    def ep(c: str, task: str, v: int, score: float, won: bool, steps: int, swift: int) -> dict:
+        mech = {k: 0 for k in ("memory_writes", "t1", "t4", "gate1_drops", "gate1_repairs", "critic_calls",
+                               "system2_calls", "sage_calls", "invalid_steps")}
+        mech.update(swift_steps=swift, buffer_steps=steps - swift)
+        return {"config": c, "task": task, "variation": v, "score": score, "won": won, "steps": steps,
+                "gold_len": 30 if task == "a" else 10, "mechanisms": mech, "llm_calls": 1, "llm_tokens": 10,
+                "llm_seconds": 1.0, "env_seconds": 1.0, "agent_seconds": 0.001 * steps}
+
+    eps = {"baseline": [ep("baseline", "a", 1, 100, True, 10, 5), ep("baseline", "a", 2, 50, False, 20, 10),
+                        ep("baseline", "b", 1, 0, False, 20, 20)],
+           "srm": [ep("srm", "a", 1, 100, True, 6, 6), ep("srm", "a", 2, 100, True, 8, 0)]}
+    kept, dropped = paired(eps)
+    assert dropped == 1 and len(kept["baseline"]) == 2
+    s = summarise(kept["baseline"])
+    assert s["score"] == 75.0 and s["success_pct"] == 50.0 and s["steps_at_succ"] == 10.0
+    assert s["groups"]["Medium"] == {"tasks": 1, "score": 75.0}
+    assert abs(s["mechanisms"]["swift_executed_pct"] - 50.0) < 1e-9
+    t = summarise(kept["srm"])
+    assert t["score"] == 100.0 and t["success_pct"] == 100.0 and t["steps_at_succ"] == 7.0
