@@ -95,8 +95,10 @@ class PlanExecuteAgent:
             use_proc = self.memory is not None
             res = self.run_subtask(st, use_procedural=use_proc)
             self.judge(res, last=not queue)
-            if not res.flag and use_proc and self.config.retry_without_procedural and not self.done:
+            if (not res.flag and use_proc and self.config.retry_without_procedural and not self.done
+                    and self.env_actions < self.config.episode_action_cap):
                 self._count_sop(res)
+                results.append(res)  # the failed first attempt stays in the record
                 retries += 1
                 res = self.run_subtask(st, use_procedural=False, retry=True)
                 self.judge(res, last=not queue)
@@ -131,7 +133,7 @@ class PlanExecuteAgent:
         skills = [p.skill for p in self.memory.active_sops(self.env_name)] if self.memory else []
         prompt = pr.plan_prompt(self.task, self.last_obs, self.config.max_subtasks, strategic, skills)
         text = self.llm.complete(prompt, max_tokens=self.config.plan_max_tokens, stop=["\n\n"])[0].text
-        items = pr.parse_plan(text, self.config.max_subtasks)
+        items = [s for s in pr.parse_plan(text, self.config.max_subtasks) if not _copied(s, prompt, self.task)]
         # An unusable plan falls back to the task as its own single sub-task.
         return items or [SubTask(self.task, self.task)]
 
@@ -139,7 +141,9 @@ class PlanExecuteAgent:
         done = [(r.subtask.description, r.flag) for r in results]
         prompt = pr.replan_prompt(self.task, done, queue.items, self.last_obs, self.config.max_subtasks)
         text = self.llm.complete(prompt, max_tokens=self.config.plan_max_tokens, stop=["\n\n"])[0].text
-        items = pr.parse_plan(text, self.config.max_subtasks)
+        queued = {s.description.lower() for s in queue.items}
+        items = [s for s in pr.parse_plan(text, self.config.max_subtasks)
+                 if s.description.lower() in queued or not _copied(s, prompt, self.task)]
         return items or None  # unparseable: keep the queue
 
     # ------------------------------------------------------------- acting
@@ -234,6 +238,16 @@ class PlanExecuteAgent:
                 t.counts.record(self.won)
         for a, instr in rf.distill_tools(self.env_name, results).items():
             mem.set_dynamic(self.env_name, a, instr, prov)
+
+
+def _copied(st: SubTask, prompt: str, task: str) -> bool:
+    """A plan line that is a verbatim piece of its own prompt (a lesson, a skill name, the format
+    line): small models echo their prompt, and such a line is not a plan. The task text itself is
+    allowed (it is the fallback sub-task anyway)."""
+    d = st.description.strip().lower()
+    if d.strip(" .") == task.strip().lower().strip(" ."):
+        return False
+    return len(d) > 12 and d in prompt.lower()
 
 
 def _result_summary(r: SubTaskResult) -> dict[str, Any]:
