@@ -46,10 +46,17 @@ class ValidSet:
         self.actions = list(actions)
         self.room = room
         self.exact = set(self.actions) | set(ALWAYS_VALID)
-        self.norm: dict[str, str] = {}
-        for a in list(self.actions) + list(ALWAYS_VALID):
-            self.norm.setdefault(normalise(a), a)
+        self._norm: dict[str, str] | None = None  # built on the first repair only (thousands of actions)
         self._by_verb: dict[str, list[str]] | None = None
+
+    @property
+    def norm(self) -> dict[str, str]:
+        """normalised action -> valid action."""
+        if self._norm is None:
+            self._norm = {}
+            for a in list(self.actions) + list(ALWAYS_VALID):
+                self._norm.setdefault(normalise(a), a)
+        return self._norm
 
     def by_verb(self, v: str) -> list[str]:
         if self._by_verb is None:

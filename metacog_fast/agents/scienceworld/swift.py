@@ -56,8 +56,11 @@ def _bin(text: str) -> np.ndarray:
 class FeatureCache:
     """Per-action-string feature rows, computed once: c [HC], binary words [HC], token count, verb flags."""
 
-    def __init__(self) -> None:
+    def __init__(self, sets: int = 4) -> None:
         self.rows: dict[str, tuple[np.ndarray, np.ndarray, float, float, float]] = {}
+        # stacked matrices of the last few action lists: a state's valid set often repeats
+        self._sets: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._max_sets = sets
 
     def get(self, a: str) -> tuple[np.ndarray, np.ndarray, float, float, float]:
         r = self.rows.get(a)
@@ -71,13 +74,21 @@ class FeatureCache:
         return r
 
     def matrices(self, actions: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """C [N,HC], B [N,HC], ntok [N], flags [N,2]."""
+        """C [N,HC], B [N,HC], ntok [N], flags [N,2] (read-only views when cached)."""
+        key = tuple(actions)
+        hit = self._sets.get(key)
+        if hit is not None:
+            return hit
         rows = [self.get(a) for a in actions]
         C = np.stack([r[0] for r in rows])
         B = np.stack([r[1] for r in rows])
         ntok = np.array([r[2] for r in rows], np.float32)
         flags = np.array([(r[3], r[4]) for r in rows], np.float32)
-        return C, B, ntok, flags
+        out = (C, B, ntok, flags)
+        if len(self._sets) >= self._max_sets:
+            self._sets.pop(next(iter(self._sets)))
+        self._sets[key] = out
+        return out
 
 
 def context_vec(task: str, observation: str, last_action: str) -> np.ndarray:
@@ -91,8 +102,8 @@ def features(cache: FeatureCache, s: SwiftState, actions: Sequence[str]) -> tupl
     tb = _bin(s.task)
     ob = _bin(s.observation)
     F = np.zeros((len(actions), NF), np.float32)
-    F[:, 0] = B @ tb / ntok
-    F[:, 1] = B @ ob / ntok
+    F[:, 0] = np.einsum("nh,h->n", B, tb) / ntok
+    F[:, 1] = np.einsum("nh,h->n", B, ob) / ntok
     F[:, 5:7] = flags
     F[:, 7] = ntok / 10.0
     if s.executed or s.last_action:
@@ -121,7 +132,8 @@ class RankerModel:
 
     def score(self, C: np.ndarray, t: np.ndarray, F: np.ndarray) -> np.ndarray:
         """[N] logits for C [N,HC], t [2*HT], F [N,NF]."""
-        return C @ (self.W @ t + self.u) + F @ self.v
+        q = np.einsum("hk,k->h", self.W, t) + self.u
+        return np.einsum("nh,h->n", C, q) + np.einsum("nf,f->n", F, self.v)
 
     def save(self, path: str) -> None:
         d = os.path.dirname(os.path.abspath(path))
