@@ -34,12 +34,14 @@ def test_protocol_two_games_resume_after_kill(tmp_path):
     proc = subprocess.Popen(_cli(out), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     games = select_games("valid_train", 2)
     first = record_path(out, games[0]["game"], "test", 0)
-    deadline = time.time() + 600
-    while not first.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.2)
-    assert first.exists(), proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "no record in 600 s"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    deadline = time.time() + 1200
+    try:
+        while not first.exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert first.exists(), proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "no record in 1200 s"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
     before = first.read_text()
     second = record_path(out, games[1]["game"], "test", 0)
     second_done = second.exists()  # the kill may land after the second episode too
