@@ -248,6 +248,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; these are shareable results
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
