@@ -2,7 +2,7 @@
 
 Their modules pull torch and models (seconds to import), so ``metacog info`` / ``demo`` and
 ``metacog --help`` must not import them: until its command is chosen, each appears as a
-placeholder subparser carrying only its help line.
+stand-in subparser carrying only its help line.
 """
 from __future__ import annotations
 

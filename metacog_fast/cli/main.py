@@ -27,7 +27,7 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
         if name == load:
             cmd.load()(sub)
         else:
-            sub.add_parser(name, help=cmd.help)  # placeholder: listed in --help, loaded when chosen
+            sub.add_parser(name, help=cmd.help)  # stand-in: listed in --help, the real parser is loaded when chosen
     return p
 
 
