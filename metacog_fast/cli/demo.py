@@ -19,7 +19,7 @@ from metacog_fast.envs.base import EnvSetupError
 
 # Modules that register demo parts on import; later issues append theirs here.
 PART_MODULES = ("metacog_fast.cli.demo_envs", "metacog_fast.cli.demo_agents", "metacog_fast.cli.demo_alfworld",
-                "metacog_fast.cli.demo_scienceworld")
+                "metacog_fast.cli.demo_scienceworld", "metacog_fast.cli.demo_sim")
 
 
 def load_parts() -> None:
