@@ -162,11 +162,13 @@ def load_examples(path: str | Path, per_type: int = 2, max_steps: int = 12, data
                 d = json.load(f)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{p}: malformed few-shot JSON ({e}); delete it to regenerate") from e
-        if d.get("per_type") == per_type and d.get("max_steps") == max_steps:
+        # A cache with at least as many examples per type serves any smaller count (its first ones),
+        # so runs with different --examples never rewrite the shared file.
+        if isinstance(d.get("per_type"), int) and d["per_type"] >= per_type and d.get("max_steps") == max_steps:
             ex = d.get("examples")
             if not isinstance(ex, dict) or set(ex) != set(TASK_TYPES):
                 raise ValueError(f"{p}: expected examples for the task types {TASK_TYPES}")
-            return ex
+            return {t: v[:per_type] for t, v in ex.items()}
     ex = generate_examples(per_type, max_steps, data)
     write_json_atomic(p, {"per_type": per_type, "max_steps": max_steps, "examples": ex})
     return ex
