@@ -3,27 +3,20 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
+from metacog_fast._atomic import atomic_tmp_path
 from metacog_fast.metrics.type2 import auroc2, type2_roc
 
 
 def _save_atomic(fig: Any, path: str | os.PathLike) -> Path:
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".png", dir=out.parent)
-    os.close(fd)
-    try:
+    with atomic_tmp_path(out, suffix=".png") as tmp:
         fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return out
 
 

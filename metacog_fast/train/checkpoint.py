@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,26 +14,9 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from metacog_fast._atomic import atomic_tmp_path, atomic_write_bytes
 from metacog_fast.models.dreamer import Dreamer
 from metacog_fast.train.config import ProtocolConfig
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are shared files
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return out
 
 
 def _clean(o: Any) -> Any:
@@ -86,16 +68,8 @@ def save_checkpoint(stem: str | os.PathLike, model: Dreamer, cfg: ProtocolConfig
     if optimizer:
         tensors.update({f"opt.{k}": v for k, v in model.optimizer_tensors().items()})
     st_path = stem.with_suffix(".safetensors")
-    st_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{st_path.name}.", dir=st_path.parent)
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata={"format": "metacog_fast.dreamer", "agent": cfg.agent})
-        os.replace(tmp, st_path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_tmp_path(st_path) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "metacog_fast.dreamer", "agent": cfg.agent})
     doc = {"config": cfg.to_dict(), "meta": meta or {}, "tensors": st_path.name, "sha256": _digest(st_path)}
     return atomic_write_json(stem.with_suffix(".json"), doc)
 

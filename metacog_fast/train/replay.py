@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
+
+from metacog_fast._atomic import atomic_open
 
 from metacog_fast.metrics import quantile_labels
 
@@ -66,20 +67,12 @@ class Episode:
     def save(self, path: str | os.PathLike) -> Path:
         """Atomic write (temp file in the same folder, then os.replace)."""
         out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".npz", dir=out.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(
-                    f, obs=self.obs, prev_action=self.prev_action, reward=self.reward, success=self.success,
-                    task=np.array(self.task), T_max=np.array(self.T_max), source=np.array(self.source),
-                    **{f"extra_{k}": v for k, v in self.extra.items()},
-                )
-            os.replace(tmp, out)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        with atomic_open(out, "wb") as f:
+            np.savez(
+                f, obs=self.obs, prev_action=self.prev_action, reward=self.reward, success=self.success,
+                task=np.array(self.task), T_max=np.array(self.T_max), source=np.array(self.source),
+                **{f"extra_{k}": v for k, v in self.extra.items()},
+            )
         return out
 
     @classmethod

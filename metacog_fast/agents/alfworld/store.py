@@ -3,27 +3,17 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from metacog_fast._atomic import atomic_open
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
     """Write ``obj`` as JSON to ``path`` atomically; returns the path."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return p
+    with atomic_open(path, "w") as f:
+        json.dump(obj, f, indent=1)
+    return Path(path)
 
 
 def read_json(path: str | os.PathLike) -> Any:
