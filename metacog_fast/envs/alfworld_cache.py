@@ -29,7 +29,6 @@ import copy
 import hashlib
 import os
 import pickle
-import tempfile
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator
+from metacog_fast._atomic import atomic_write_bytes
 
 
 @dataclass
@@ -120,16 +120,7 @@ class TranslationCache:
     def _write_disk(self, k: str, blob: bytes) -> None:
         if self.disk_dir is None:
             return
-        self.disk_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.disk_dir, prefix=f".{k}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-            os.replace(tmp, self.disk_dir / f"{k}.pkl")
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic_write_bytes(self.disk_dir / f"{k}.pkl", blob)
 
 
 class _CachingFastDownward:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -22,6 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from metacog_fast._atomic import atomic_write_bytes
 from metacog_fast.kernels.reference.scoring import score_logits
 from metacog_fast.kernels.scoring import init_scoring_head, score_trajectories
 from metacog_fast.scoring.chunks import render_trajectory
@@ -32,21 +32,6 @@ from metacog_fast.scoring.replay import ADAPT, PRE, ReplayBuffer
 HEAD_FILE = "head.safetensors"
 CONFIG_FILE = "config.json"
 FORMAT_VERSION = 1
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 class TrajectoryScorer:
@@ -168,9 +153,9 @@ class TrajectoryScorer:
         tensors = {k: v.detach().contiguous().numpy() for k, v in self.head.items()}
         if include_replay:
             tensors.update(self.replay.state())
-        _atomic_write_bytes(folder / HEAD_FILE, st_save(tensors, metadata={"format_version": str(FORMAT_VERSION)}))
+        atomic_write_bytes(folder / HEAD_FILE, st_save(tensors, metadata={"format_version": str(FORMAT_VERSION)}))
         meta = {"format_version": FORMAT_VERSION, "config": self.config.to_dict()}
-        _atomic_write_bytes(folder / CONFIG_FILE, json.dumps(meta, indent=2).encode())
+        atomic_write_bytes(folder / CONFIG_FILE, json.dumps(meta, indent=2).encode())
         return folder
 
     @classmethod

@@ -10,11 +10,11 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import tempfile
 from typing import Any, Iterable
 
 import numpy as np
 
+from metacog_fast._atomic import atomic_open
 from metacog_fast.agents.experience import entries as en
 from metacog_fast.agents.experience.config import ExperienceConfig
 from metacog_fast.agents.experience.embed import DIM, Embedder, hashing_embedder
@@ -239,21 +239,8 @@ def open_store(path: str | os.PathLike[str]) -> Any:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; these are shareable results
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path, "w") as f:
+        f.write(text)
 
 
 def _union(a: Iterable[str], b: Iterable[str]) -> list[str]:

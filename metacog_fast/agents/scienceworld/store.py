@@ -3,23 +3,15 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import Any
+
+from metacog_fast._atomic import atomic_open
 
 
 def write_json(path: str, obj: Any) -> None:
     """Write ``obj`` as JSON atomically (temp file + os.replace)."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path, "w") as f:
+        json.dump(obj, f, indent=1)
 
 
 def read_json(path: str) -> Any:

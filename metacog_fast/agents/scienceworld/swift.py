@@ -14,13 +14,13 @@ hundreds to thousands of valid actions and the per-step budget is 5 ms.
 from __future__ import annotations
 
 import os
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 
+from metacog_fast._atomic import atomic_open
 from metacog_fast.agents.scienceworld.text import hash_vec, tokens, verb
 
 HC = 256
@@ -136,12 +136,8 @@ class RankerModel:
         return np.einsum("nh,h->n", C, q) + np.einsum("nf,f->n", F, self.v)
 
     def save(self, path: str) -> None:
-        d = os.path.dirname(os.path.abspath(path))
-        os.makedirs(d, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, suffix=".npz")
-        os.close(fd)
-        np.savez(tmp, W=self.W, u=self.u, v=self.v)
-        os.replace(tmp, path)
+        with atomic_open(path, "wb") as f:
+            np.savez(f, W=self.W, u=self.u, v=self.v)
 
     @classmethod
     def load(cls, path: str) -> "RankerModel":
