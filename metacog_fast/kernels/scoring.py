@@ -14,6 +14,8 @@ Head names (see :func:`init_scoring_head`)::
 """
 from __future__ import annotations
 
+import collections
+
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -97,6 +99,41 @@ def _check_head(head: Mapping[str, ArrayLike], in_dim: int) -> list[tuple[torch.
     return layers
 
 
+_HEAD_CACHE: "collections.OrderedDict[tuple, list[tuple[torch.Tensor, torch.Tensor]]]" = collections.OrderedDict()
+_HEAD_CACHE_SIZE = 8
+
+
+def _array_key(v: Any) -> tuple | None:
+    # torch tensors carry a version counter bumped by every in-place write (an optimizer
+    # step), so an updated head is validated again; numpy arrays are keyed by buffer.
+    if isinstance(v, torch.Tensor):
+        return (id(v), v.data_ptr(), v._version)
+    if isinstance(v, np.ndarray) and v.dtype == np.float32 and v.flags.c_contiguous:
+        return (id(v), v.__array_interface__["data"][0])
+    return None  # converted by copy: a cached copy could go stale, so never cache it
+
+
+def _checked_head(head: Mapping[str, ArrayLike], in_dim: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``_check_head`` memoised per head object: the shape and NaN checks of the weights
+    cost ~10x the fused kernel at small batch, and a head is reused for many calls.
+    (A numpy head written in place with NaN after its first use is not re-checked.)"""
+    if not isinstance(head, Mapping):
+        return _check_head(head, in_dim)
+    parts = tuple((k, _array_key(v)) for k, v in head.items())
+    if any(a is None for _, a in parts):
+        return _check_head(head, in_dim)
+    key = (id(head), in_dim, parts)
+    layers = _HEAD_CACHE.get(key)
+    if layers is None:
+        layers = _check_head(head, in_dim)
+        _HEAD_CACHE[key] = layers
+        while len(_HEAD_CACHE) > _HEAD_CACHE_SIZE:
+            _HEAD_CACHE.popitem(last=False)
+    else:
+        _HEAD_CACHE.move_to_end(key)
+    return layers
+
+
 def _head_dict(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
     names = [f"l{k}" for k in range(len(layers) - 1)] + ["out"]
     out: dict[str, torch.Tensor] = {}
@@ -159,7 +196,7 @@ def score_trajectories(task_emb: ArrayLike, traj_emb: ArrayLike, head: Mapping[s
         raise ValueError(f"task_emb: expected 1 or {B} rows (traj_emb has {B}), got shape {list(task.shape)}")
     if traj.device != task.device:
         raise ValueError(f"task_emb: expected the device of traj_emb ({traj.device}), got {task.device}")
-    layers = _check_head(head, traj.shape[1] + task.shape[1])
+    layers = _checked_head(head, traj.shape[1] + task.shape[1])
     layers = [(w.to(traj.device), b.to(traj.device)) for w, b in layers]
     be = resolve_backend(backend, on_gpu=traj.is_cuda, has=_HAS)
     if be == "cpu" and traj.is_cuda:
