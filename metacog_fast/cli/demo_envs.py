@@ -44,6 +44,17 @@ def _summary(envs: list[Env], episodes: list[dict[str, Any]], wall: float) -> di
 
 
 # -- Meta-World --------------------------------------------------------------------------
+def _play_expert_plan(env: Env, info: dict[str, Any]) -> dict[str, Any]:
+    """Step ``env`` with its expert until the episode ends or the plan runs out; the last info."""
+    done = False
+    while not done:
+        action = env.expert()
+        if action is None:
+            break
+        _, _, done, info = env.step(action)
+    return info
+
+
 def _mw_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("metaworld")
     g.add_argument("--metaworld-tasks", type=_positive, default=3, help="first N MT10 tasks (default 3)")
@@ -116,14 +127,9 @@ def _aw_run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, An
     episodes: list[dict[str, Any]] = []
     bar = progress(total=len(picks), desc="alfworld")
     for idx in picks:
-        obs, info = env.reset(game=idx)
+        _, info = env.reset(game=idx)
         reset_s = env.timings.last_reset_seconds
-        done = False
-        while not done:
-            action = env.expert()
-            if action is None:
-                break
-            obs, r, done, info = env.step(action)
+        info = _play_expert_plan(env, info)
         episodes.append(
             {"game": idx, "task_type": info["task_type"], "task": info["task"], "success": info["won"],
              "steps": info["steps"], "reset_seconds": reset_s}
@@ -168,13 +174,8 @@ def _sw_run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, An
         env = ScienceWorldEnv(ScienceWorldConfig(task=task, split=args.scienceworld_split))
         envs.append(env)
         for _ in range(args.scienceworld_episodes):
-            obs, info = env.reset()
-            done = False
-            while not done:
-                action = env.expert()
-                if action is None:
-                    break
-                obs, r, done, info = env.step(action)
+            _, info = env.reset()
+            info = _play_expert_plan(env, info)
             episodes.append(
                 {"task": task, "variation": info["variation"], "success": info["won"], "score": info["score"],
                  "steps": info["steps"], "errored": info["errored"], "reset_seconds": env.timings.last_reset_seconds}
