@@ -10,6 +10,7 @@ from metacog_fast.agents.experience import entries as en
 from metacog_fast.agents.experience import prompts as pr
 from metacog_fast.agents.experience import reflect as rf
 from metacog_fast.agents.experience.config import ExperienceConfig
+from metacog_fast.agents.experience.grounding import LoopBreaker
 from metacog_fast.agents.experience.memory import ExperienceMemory, now_iso
 from metacog_fast.agents.experience.tools import ACCESS_GUIDE, ENV_TOOLS, FINISH, action_type
 from metacog_fast.agents.experience.trajectory import Step, SubTask, SubTaskQueue, SubTaskResult
@@ -38,6 +39,10 @@ class TaskRecord:
     llm_calls: int
     seconds: float
     memory_sizes: dict[str, int] = field(default_factory=dict)
+    grounding: dict[str, int] = field(default_factory=dict)
+    """How the actor's turns became commands: counts per way ("choice", "exact", "embed", "choose")."""
+    loop_hidden_turns: int = 0
+    """Turns at which the loop breaker hid at least one command."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,7 +56,9 @@ class PlanExecuteAgent:
 
     def __init__(self, llm: Any, env_name: str, memory: ExperienceMemory | None = None,
                  config: ExperienceConfig | None = None, run_id: str = "", model: str = "",
-                 count_tokens: pr.TokenCounter | None = None) -> None:
+                 count_tokens: pr.TokenCounter | None = None, encoder: Any = None) -> None:
+        """``encoder``: a MiniLM encoder (``.encode(texts) -> [N, 384]``) for "embed" grounding;
+        None loads the package's one on first use."""
         if env_name not in ENV_TOOLS:
             raise ValueError(f"env_name must be one of {sorted(ENV_TOOLS)}, got {env_name!r}")
         self.llm = llm
@@ -63,6 +70,21 @@ class PlanExecuteAgent:
         self.run_id = run_id
         self.model = model
         self.count = count_tokens or pr.llm_token_counter(llm)
+        self._encoder = encoder
+        self._mapper: Any = None
+
+    def mapper(self) -> Any:
+        """The ALFWorld agents' ActionMapper in this config's mode (built on first use)."""
+        if self._mapper is None:
+            from metacog_fast.agents.alfworld.actions import ActionMapper
+
+            mode = self.config.action_grounding
+            if mode == "embed" and self._encoder is None:
+                from metacog_fast.scoring.encoder import MiniLMEncoder
+
+                self._encoder = MiniLMEncoder()
+            self._mapper = ActionMapper(mode, encoder=self._encoder, llm=self.llm)
+        return self._mapper
 
     # ------------------------------------------------------------- one task
     def run_task(self, env: Any, **reset_options: Any) -> TaskRecord:
@@ -78,6 +100,8 @@ class PlanExecuteAgent:
         self.won = False
         self.score = 0.0
         self.env_actions = 0
+        self.loops = LoopBreaker(self.env_name)
+        self.grounded: dict[str, int] = {}
         prov = en.Provenance(task=self.task, run=self.run_id, date=now_iso(), model=self.model)
 
         queue = SubTaskQueue(self.plan(), self.config.max_subtasks)
@@ -125,7 +149,8 @@ class PlanExecuteAgent:
             replans_changed=changed,
             tokens=usage.prompt_tokens + usage.completion_tokens - u0[0], llm_calls=usage.calls - u0[1],
             seconds=time.perf_counter() - t0,
-            memory_sizes=self.memory.sizes() if self.memory is not None else {})
+            memory_sizes=self.memory.sizes() if self.memory is not None else {},
+            grounding=dict(self.grounded), loop_hidden_turns=self.loops.hidden_turns)
 
     # ------------------------------------------------------------- planning
     def plan(self) -> list[SubTask]:
@@ -161,9 +186,9 @@ class PlanExecuteAgent:
         for n_act in range(self.config.subtask_action_cap):
             if self.done or self.env_actions >= self.config.episode_action_cap:
                 break
-            options = list(dict.fromkeys(self.admissible + [f"{ACCESS_GUIDE} {k}" for k in sops] + [FINISH]))
-            prompt = self.action_prompt(st, steps, sops, use_procedural)
-            action = self.llm.generate_choice(prompt, options).text
+            commands = self.loops.allowed(self.admissible) if self.config.loop_breaking else list(self.admissible)
+            options = list(dict.fromkeys(commands + [f"{ACCESS_GUIDE} {k}" for k in sops] + [FINISH]))
+            action = self.act(st, steps, sops, use_procedural, options)
             if action == FINISH:
                 res.claimed = True
                 steps.append(Step(FINISH, "", "finish"))
@@ -182,8 +207,41 @@ class PlanExecuteAgent:
         res.won = self.won
         return res
 
+    def act(self, st: SubTask, steps: list[Step], sops: dict[str, en.SOP], use_procedural: bool,
+            options: list[str]) -> str:
+        """One turn of the actor: an element of ``options``, grounded as ``config.action_grounding`` says."""
+        mode = self.config.action_grounding
+        if mode == "choice":
+            prompt = self.action_prompt(st, steps, sops, use_procedural)
+            how, action = "choice", self.llm.generate_choice(prompt, options).text
+        else:
+            # Free text needs the commands in view: the model is not constrained to them.
+            prompt = self.action_prompt(st, steps, sops, use_procedural, self.rank_options(st, options))
+            # Prompt ends at ">" (not "> "): after a trailing space the 135M model writes only "\n".
+            prompt = prompt.rstrip()
+            text = self.llm.complete(prompt, max_tokens=self.config.free_action_max_tokens, stop=["\n"])[0].text
+            m = self.mapper().map(text, options, prompt)
+            how, action = m.how, m.action
+        self.grounded[how] = self.grounded.get(how, 0) + 1
+        return action
+
+    def rank_options(self, st: SubTask, options: list[str]) -> list[str]:
+        """``options`` as listed in the prompt: most similar to the sub-task first (memory embedder,
+        hashing when there is no memory), ``finish`` last; the small model tends to pick from the top."""
+        from metacog_fast.agents.experience.embed import hashing_embedder
+
+        cmds = [o for o in options if o != FINISH]
+        if not cmds:
+            return list(options)
+        embed = self.memory.embed if self.memory is not None else hashing_embedder
+        e = embed([f"{st.description} {st.goal}"] + cmds)
+        sim = e[1:] @ e[0]
+        order = sorted(range(len(cmds)), key=lambda i: (-float(sim[i]), i))
+        return [cmds[i] for i in order] + ([FINISH] if FINISH in options else [])
+
     def env_step(self, action: str) -> str:
         obs, _reward, done, info = self.env.step(action)
+        self.loops.record(action, str(obs))
         self.env_actions += 1
         self.admissible = list(info.get("admissible") or self.admissible)
         self.last_obs = str(obs)
@@ -192,13 +250,17 @@ class PlanExecuteAgent:
         self.done = bool(done)
         return str(obs)
 
-    def action_prompt(self, st: SubTask, steps: list[Step], sops: dict[str, en.SOP], use_procedural: bool) -> str:
+    def action_prompt(self, st: SubTask, steps: list[Step], sops: dict[str, en.SOP], use_procedural: bool,
+                      options: list[str] | None = None) -> str:
+        """The actor's prompt; ``options`` (free-text grounding) are listed after the sub-task."""
         tools = [t.static for t in (self.memory.tools(self.env_name) if self.memory else [])] or \
             list(ENV_TOOLS[self.env_name].values())
         if not use_procedural or not sops:
             tools = [t for t in tools if not t.startswith(ACCESS_GUIDE)]
         head = [pr.SYSTEM, pr.tools_section(tools), f"Task: {self.task}",
                 f"Current sub-task: {st.description} (done when: {st.goal})"]
+        if options:
+            head.append("Commands you can use now: " + ", ".join(options))
         optional = []
         if self.memory is not None and self.memory.strategic:
             optional.append(pr.strategic_section([s.text() for s in self.memory.strategic]))

@@ -29,6 +29,10 @@ def add_learn_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/experience/run")
     p.add_argument("--episode-actions", type=int, default=50)
     p.add_argument("--subtask-actions", type=int, default=20)
+    p.add_argument("--grounding", choices=["choice", "embed", "choose"], default="choice",
+                   help="how the actor's turn becomes an admissible command (ExperienceConfig.action_grounding)")
+    p.add_argument("--no-loop-breaking", action="store_true",
+                   help="offer commands repeated with an unchanged observation again (ExperienceConfig.loop_breaking)")
     p.set_defaults(func=run_learn)
     return p
 
@@ -75,7 +79,8 @@ def run_learn(args: argparse.Namespace) -> int:
                             games=parse_games(args.games, args.env), iterations=args.iterations,
                             baseline=not args.no_baseline, llm_uri=args.llm, n_threads=args.threads,
                             embedder=args.embedder, memory_in=args.memory_in, out=args.out)
-    exp = ExperienceConfig(episode_action_cap=args.episode_actions, subtask_action_cap=args.subtask_actions)
+    exp = ExperienceConfig(episode_action_cap=args.episode_actions, subtask_action_cap=args.subtask_actions,
+                           action_grounding=args.grounding, loop_breaking=not args.no_loop_breaking)
     if args.protocol == "continuous":
         m = pt.continuous_learning(cfg, exp)
     else:

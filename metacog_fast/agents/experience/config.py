@@ -36,3 +36,22 @@ class ExperienceConfig:
     """False: the no-memory baseline (nothing read, nothing written)."""
     learn: bool = True
     """False: memory is read but frozen (transfer / cross-model protocols)."""
+    action_grounding: str = "choice"
+    """How the actor's turn becomes an admissible command (``grounding.py``): "choice" (decoding
+    constrained to exactly one option, ``llm.generate_choice``), "embed" (free text, then exact
+    match or the option nearest by MiniLM cosine) or "choose" (free text, then exact match or the
+    LLM's likelihood ranking of the options, ``llm.choose``)."""
+    loop_breaking: bool = True
+    """Hide commands already executed since the last never-seen observation of the episode
+    (``grounding.LoopBreaker``): a command repeated with an unchanged observation is not re-offered."""
+    free_action_max_tokens: int = 16
+    """Generation budget of a free-text action ("embed" / "choose" grounding)."""
+
+    def __post_init__(self) -> None:
+        from metacog_fast.agents.experience.grounding import GROUNDINGS
+
+        if self.action_grounding not in GROUNDINGS:
+            raise ValueError(f"action_grounding: expected one of {GROUNDINGS}, got {self.action_grounding!r}")
+        for name in ("subtask_action_cap", "episode_action_cap", "max_subtasks", "free_action_max_tokens"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)!r}")

@@ -90,8 +90,18 @@ def plan_prompt(task: str, observation: str, max_items: int, strategic: Sequence
     if skills:
         parts.append("Known skills: " + ", ".join(skills))
     parts.append(f"Split the task into at most {max_items} short sub-tasks, one per line, written as\n"
-                 "sub-task description => state that shows it is done\nSub-tasks:\n")
+                 "sub-task description => state that shows it is done\n\n" + PLAN_EXAMPLE
+                 + f"\n\nHousehold task: {task}\nSub-tasks:\n")
     return "\n\n".join(parts)
+
+
+PLAN_EXAMPLE = ("Household task: put a cool tomato in the microwave.\nSub-tasks:\n"
+                "find the tomato => you see the tomato\ntake the tomato => you hold the tomato\n"
+                "cool the tomato with the fridge => you cool the tomato\n"
+                "put the tomato in the microwave => you put the tomato in the microwave")
+"""One worked plan (a task type and object absent from the committed subsets): without it SmolLM2-135M
+answers with the task itself as its only sub-task, so no intermediate sub-task can ever be accepted.
+Lines copied verbatim from it are dropped by the copy filter."""
 
 
 def replan_prompt(task: str, done: Sequence[tuple[str, bool]], remaining: Sequence[SubTask], last_obs: str,

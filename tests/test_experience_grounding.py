@@ -1,0 +1,168 @@
+"""Action grounding (choice / embed / choose) and loop breaking of the plan-execute agent, on the
+real ALFWorld env with scripted policies (so that the options offered and the commands sent are
+checked exactly)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from metacog_fast.agents.experience import prompts as pr
+from metacog_fast.agents.experience.agent import PlanExecuteAgent
+from metacog_fast.agents.experience.config import ExperienceConfig
+from metacog_fast.agents.experience.embed import hashing_embedder
+from metacog_fast.agents.experience.grounding import LoopBreaker
+
+GAME = 13  # valid_seen pick_and_place_simple-Book-None-SideTable-329: a book 1 and a book 2 lie on bed 1
+
+
+@dataclass
+class _Out:
+    text: str
+
+
+@dataclass
+class _Choice:
+    index: int
+    logprobs: list
+
+
+@dataclass
+class _Usage:
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass
+class Policy:
+    """Scripted LLM: plan calls answer ``plan``; action turns are answered by ``act(prompt, options)``
+    (constrained choice) or ``say(prompt)`` (free text, prompts ending in '>')."""
+
+    plan: str = "take the book => you hold the book"
+    act: object = None
+    say: object = None
+    pick: object = None
+    usage: _Usage = field(default_factory=_Usage)
+    offered: list = field(default_factory=list)
+    said: list = field(default_factory=list)
+
+    def complete(self, prompt, max_tokens=64, stop=None, **kw):
+        self.usage.calls += 1
+        if prompt.endswith(">") and self.say is not None:
+            t = self.say(prompt)
+            self.said.append(t)
+            return [_Out(t)]
+        return [_Out(self.plan if "Sub-tasks:" in prompt and "Household task" in prompt.split("\n")[0] else "")]
+
+    def generate_choice(self, prompt, options, **kw):
+        self.usage.calls += 1
+        self.offered.append(list(options))
+        c = self.act(prompt, options)
+        assert c in options
+        return _Out(c)
+
+    def choose(self, prompt, options):
+        self.usage.calls += 1
+        return _Choice(self.pick([o.strip() for o in options]), [0.0] * len(options))
+
+
+class HashEncoder:
+    """Stands in for MiniLM in the embed mapping (``encode(texts) -> [N, 384]``); digits kept."""
+
+    def encode(self, texts):
+        return hashing_embedder([t.replace("1", " one").replace("2", " two") for t in texts])
+
+
+@pytest.fixture(scope="module")
+def env():
+    from metacog_fast.envs import make_env
+
+    e = make_env("alfworld", split="valid_seen", game=GAME)
+    yield e
+    e.close()
+
+
+def test_loop_breaker_rules():
+    lb = LoopBreaker("alfworld")
+    opts = ["go to bed 1", "inventory", "look", "take book 1 from bed 1"]
+    lb.record("inventory", "You are not carrying anything.")
+    assert lb.allowed(opts) == opts  # run once: nothing repeated yet
+    lb.record("inventory", "You are not carrying anything.")
+    assert "inventory" not in lb.allowed(opts)  # repeated with an unchanged observation: hidden
+    lb.record("go to bed 1", "You arrive at bed 1. On the bed 1, you see a book 1.")
+    assert "inventory" not in lb.allowed(opts)  # a new observation from a move does not re-offer it
+    lb.record("go to bed 1", "Nothing happens.")
+    lb.record("go to bed 1", "Nothing happens.")
+    assert lb.allowed(opts) == ["look", "take book 1 from bed 1"]
+    lb.record("take book 1 from bed 1", "You pick up the book 1 from the bed 1.")
+    assert lb.allowed(opts) == opts  # the world changed: everything is offered again
+    assert lb.hidden_turns == 3
+    lb2 = LoopBreaker("alfworld")
+    for _ in range(2):
+        lb2.record("look", "You are in the middle of a room.")
+    assert lb2.allowed(["look"]) == ["look"]  # all hidden -> all offered
+
+
+def test_config_validation_names_the_field():
+    with pytest.raises(ValueError, match="action_grounding"):
+        ExperienceConfig(action_grounding="nearest")
+    with pytest.raises(ValueError, match="subtask_action_cap"):
+        ExperienceConfig(subtask_action_cap=0)
+    assert ExperienceConfig().loop_breaking is True
+
+
+def _always_inventory(prompt, options):
+    return "inventory" if "inventory" in options else next(o for o in options if o != "finish")
+
+
+@pytest.mark.parametrize("breaking", [True, False])
+def test_inventory_loop_is_broken_only_with_the_option(env, breaking):
+    llm = Policy(act=_always_inventory)
+    cfg = ExperienceConfig(episode_action_cap=8, loop_breaking=breaking)
+    rec = PlanExecuteAgent(llm, "alfworld", None, cfg, count_tokens=pr.approx_tokens).run_task(env, game=GAME)
+    acts = rec.subtasks[0]["actions"]
+    if breaking:
+        # inventory twice (the second repeats the observation), then it is no longer offered
+        assert acts[:2] == ["inventory", "inventory"] and "inventory" not in acts[2:]
+        assert all("inventory" not in o for o in llm.offered[2:]) and rec.loop_hidden_turns >= 6
+    else:
+        assert acts == ["inventory"] * 8 and rec.loop_hidden_turns == 0
+    assert rec.grounding == {"choice": 8}
+
+
+def test_embed_grounding_maps_free_text_to_an_admissible_command(env):
+    said = iter(["go to bed 1", "pick up the book one", "finish"])
+    llm = Policy(plan="take the book => you hold the book\nput the book on the sidetable => book on sidetable",
+                 say=lambda p: next(said, "finish"))
+    cfg = ExperienceConfig(episode_action_cap=6, action_grounding="embed")
+    agent = PlanExecuteAgent(llm, "alfworld", None, cfg, count_tokens=pr.approx_tokens, encoder=HashEncoder())
+    rec = agent.run_task(env, game=GAME)
+    first = rec.subtasks[0]
+    # "go to bed 1" is admissible (exact); "pick up the book one" is not, and maps to the nearest command.
+    assert first["actions"][:2] == ["go to bed 1", "take book 1 from bed 1"]
+    assert first["claimed"] and first["flag"], first["report"]  # the reflect agent accepts: book 1 in inventory
+    assert rec.grounding["exact"] >= 2 and rec.grounding["embed"] == 1
+    assert "Commands you can use now:" in agent.action_prompt(agent_subtask(), [], {}, False, ["look"])
+
+
+def agent_subtask():
+    from metacog_fast.agents.experience.trajectory import SubTask
+
+    return SubTask("x", "y")
+
+
+def test_choose_grounding_uses_the_llm_ranking_for_non_admissible_text(env):
+    ranked = []
+
+    def pick(options):
+        ranked.append(options)
+        return options.index("go to bed 1")
+
+    said = iter(["walk to the bed", "finish"])
+    llm = Policy(say=lambda p: next(said, "finish"), pick=pick)
+    rec = PlanExecuteAgent(llm, "alfworld", None, ExperienceConfig(episode_action_cap=4, action_grounding="choose"),
+                           count_tokens=pr.approx_tokens).run_task(env, game=GAME)
+    assert rec.subtasks[0]["actions"][0] == "go to bed 1"
+    assert ranked and "finish" in ranked[0] and rec.grounding["choose"] == 1
