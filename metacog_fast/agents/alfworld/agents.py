@@ -218,20 +218,32 @@ class MuseAgent(ReflexionAgent):
 
     def select(self, texts: Sequence[str], admissible: Sequence[str] | None, prompt: str = "") -> Decision:
         """The agent's own part of a step (no LLM generation, no env): parse the rollouts, map their
-        first actions, score the chunks with M_sa and pick one."""
+        first actions (the proposals needing the encoder in one batched call), score the chunks with
+        M_sa (one batched encoder call, duplicates once, LRU-cached texts skipped) and pick one."""
+        return self._select(texts, admissible, prompt, batched=True)
+
+    def select_unbatched(self, texts: Sequence[str], admissible: Sequence[str] | None, prompt: str = "") -> Decision:
+        """:meth:`select` with one mapping (encoder) call per rollout: the earlier path, kept as the
+        anchor of bench/bench_alfworld_agents.py and of the equivalence test."""
+        return self._select(texts, admissible, prompt, batched=False)
+
+    def _select(self, texts: Sequence[str], admissible: Sequence[str] | None, prompt: str, batched: bool) -> Decision:
         assert self.ctx is not None
         t_agent = time.perf_counter()
-        map_s = 0.0
-        rollouts, firsts, chunks = [], [], []
         size = getattr(self.scorer.config, "chunk_size", 4)
+        rollouts = []
         for text in texts:
             pairs = parse_rollout(text, self.cfg.rollout_pairs)
-            pairs = [p for p in pairs if not p[0].lower().startswith("think:")] or [(clean_action(text) or "look", "")]
-            m = self.mapper.map(pairs[0][0], admissible, prompt)
-            map_s += m.seconds
+            rollouts.append([p for p in pairs if not p[0].lower().startswith("think:")]
+                            or [(clean_action(text) or "look", "")])
+        if batched:
+            firsts = self.mapper.map_many([r[0][0] for r in rollouts], admissible, prompt)
+        else:
+            firsts = [self.mapper.map(r[0][0], admissible, prompt) for r in rollouts]
+        map_s = sum(m.seconds for m in firsts)
+        chunks = []
+        for pairs, m in zip(rollouts, firsts):
             pairs[0] = (m.action, pairs[0][1])
-            firsts.append(m)
-            rollouts.append(pairs)
             keep = max(0, size - len(pairs))
             chunks.append((self.executed[-keep:] if keep else []) + pairs[:size])
         scores = self.scorer.score(self.ctx.task, self.current_plan, chunks)
@@ -244,7 +256,7 @@ class MuseAgent(ReflexionAgent):
         chosen = firsts[i]
         agent_s = time.perf_counter() - t_agent
         info = {"rollouts": [[list(p) for p in r] for r in rollouts], "scores": [float(x) for x in scores],
-                "chosen": i, "select_seconds": agent_s}
+                "chosen": i, "mapped": [m.how for m in firsts], "select_seconds": agent_s}
         return Decision(chosen.action, chosen.proposed, chosen.how, [], map_s, info)
 
 
