@@ -23,8 +23,28 @@ class MemoryConfig:
     """HNSW candidates per query: k' = max(k * candidate_factor, min_candidates)."""
     min_candidates: int = 64
     """Lower bound of k' (see ``candidate_factor``)."""
+    fast_path: str = "hot"
+    """Candidates of the approximate path: "hot" (HNSW top-k' + the ``hot_k`` nearest records of
+    the hot set, a bounded count; recall measured) or "bound" (HNSW top-k' + every recent/important
+    record that could still reach the top-k: recall 1.0 up to HNSW's own, cost grows with the store)."""
+    hot_fraction: float = 0.02
+    """Hot set size as a fraction of the live records (records with the highest recency + importance)."""
+    hot_min: int = 1024
+    """Hot set size lower bound (records)."""
+    hot_k: int = 32
+    """Hot records taken per query (nearest by cosine in the hot index; also its ``ef``)."""
+    hot_top: int = 512
+    """Hot records of highest recency + importance taken for every query, whatever their relevance."""
+    hot_scan_max: int = 2048
+    """When at most this many hot records pass the filter, all of them are reranked (no hot HNSW)."""
+    hot_pending_max: int = 512
+    """Newly hot records wait in a list scanned exactly; past this many they enter the hot index in one batch."""
+    hot_rebuild_after: float = 6 * 3600.0
+    """Rebuild the hot set when simulation time moved this many seconds from its reference time."""
+    hot_ef_construction: int = 100
+    """Build-time beam width of the hot index."""
     head: int = 4
-    """Most recent records taken from each importance bucket to seed the score threshold."""
+    """fast_path "bound": most recent records taken from each importance bucket to seed the score threshold."""
     exact_below: int = 2048
     """When at most this many live records pass the filter, retrieval scans them all (exact)."""
     save_every: int = 50_000
@@ -51,6 +71,12 @@ class MemoryConfig:
             raise ValueError("M, ef_construction, ef: expected M >= 2 and positive beam widths")
         if self.candidate_factor < 1 or self.min_candidates < 1 or self.head < 0:
             raise ValueError("candidate_factor, min_candidates: expected >= 1; head: expected >= 0")
+        if self.fast_path not in ("hot", "bound"):
+            raise ValueError(f"fast_path: expected 'hot' or 'bound', got {self.fast_path!r}")
+        if not (0.0 < self.hot_fraction <= 1.0) or self.hot_min < 1 or self.hot_k < 1 or self.hot_scan_max < 0 or self.hot_top < 0:
+            raise ValueError("hot_fraction: expected (0, 1]; hot_min, hot_k: expected >= 1; hot_scan_max, hot_top: >= 0")
+        if self.hot_pending_max < 1 or not (self.hot_rebuild_after > 0) or self.hot_ef_construction < 1:
+            raise ValueError("hot_pending_max, hot_ef_construction: expected >= 1; hot_rebuild_after: > 0 seconds")
         if self.synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous: expected OFF, NORMAL, FULL or EXTRA, got {self.synchronous!r}")
         if not (0.0 < self.decay <= 1.0) or self.unit <= 0:

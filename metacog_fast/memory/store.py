@@ -18,6 +18,7 @@ import numpy as np
 from metacog_fast._backend import core, resolve_backend
 from metacog_fast.kernels.memory_kernels import memory_rerank, memory_scores
 from metacog_fast.memory import buckets as bk
+from metacog_fast.memory.hot import HotSet
 from metacog_fast.memory import index as hx
 from metacog_fast.memory.config import MemoryConfig
 from metacog_fast.memory.db import Database, dumps_meta
@@ -66,11 +67,14 @@ class MemoryStore:
         self._db = Database(self.path, config.dim, config.synchronous)
         self._table = Table(config.dim)
         self._lists = bk.BucketLists(self._table)
+        self._hot = HotSet(self._table, config, self._threads())
         self._pending_access: dict[int, float] = {}
         self._added_since_save = 0
         self._gen = 0  # bumped by every add/forget: invalidates cached filter masks
         self._mask_cache: dict[tuple, tuple[int, int, np.ndarray, Callable[[int], bool]]] = {}
         self._closed = False
+        self.last_candidates = 0
+        """Candidate columns reranked by the last approximate retrieval (monitoring, benchmarks)."""
         be = resolve_backend(config.backend, has=("cpu", "torch"))
         # The store validates its own arrays, so it calls the compiled kernel directly.
         self._core = core() if be == "cpu" else None
@@ -199,6 +203,7 @@ class MemoryStore:
                              np.array([t.agents.get(a) for a in agents], np.int32),
                              np.array([t.kinds.get(k) for k in kinds], np.int32))
             self._lists.push(trows)
+            self._hot.note(trows)
             hx.ensure_capacity(self._index, n)
             self._index.add_items(keys, ids, num_threads=self._threads(), replace_deleted=True)
             self._gen += 1
@@ -218,6 +223,7 @@ class MemoryStore:
                 self._db.set_importance(ids, vals)
             self._table.set_importance(rows, vals)
             self._lists.push(rows)
+            self._hot.note(rows)
 
     def forget(self, ids: Any = None, *, agent: str | None = None, kind: str | None = None,
                before: float | None = None) -> int:
@@ -249,6 +255,7 @@ class MemoryStore:
                 self._db.delete(ids)
                 for i in ids.tolist():
                     self._pending_access.pop(i, None)
+            self._hot.remove(rows[rows >= 0])
             self._table.remove(ids)
             for i in ids.tolist():
                 self._index.mark_deleted(i)
@@ -333,6 +340,10 @@ class MemoryStore:
                 return self._rerank(q, rows, k, now, w)
         with self._mutate:
             hrows = t.rows_of(labels)  # [Q, kp]; -1 if forgotten meanwhile
+            if c.fast_path == "hot":
+                cand = np.concatenate([hrows, self._hot_candidates(q, key, filt, now)], axis=1)
+                self.last_candidates = cand.shape[1]
+                return self._rerank(q, cand, k, now, w)
             rel_bound = (1.0 - dist[:, -1].astype(np.float64) + 1.0) / 2.0  # relevance of the kp-th
             # 2) seed the threshold with HNSW + the most recent records of each importance bucket.
             owner = bk.ANY_AGENT if a_code is None else a_code
@@ -348,7 +359,77 @@ class MemoryStore:
             keep = self._passes(urows, k_code, since)
             urows, umask = urows[keep], umask[:, keep]
             cand = np.concatenate([hrows, _ragged_pad(urows, umask)], axis=1)
+            self.last_candidates = cand.shape[1]
             return self._rerank(q, cand, k, now, w)
+
+    def _hot_candidates(self, q: np.ndarray, key: tuple, filt: Callable[[int], bool] | None,
+                        now: float) -> np.ndarray:
+        """Hot-set candidates [Q, C] (-1 padded) under the filter ``key``; call under ``_mutate``."""
+        hot, c = self._hot, self.config
+        if hot.needs_rebuild(now):
+            hot.rebuild(now)
+        a_code, k_code, since = key
+        if key == (None, None, None):
+            n_hot, rows = hot.size, None
+        else:
+            rows = self._hot_filtered(key)
+            n_hot = len(rows)
+        if n_hot <= c.hot_scan_max:
+            if rows is None:
+                rows = hot.rows()
+            return np.broadcast_to(rows, (len(q), len(rows)))
+        near = hot.knn_rows(q, c.hot_k, filt)
+        if near is None:  # hnswlib could not fill k under the filter: take them all
+            return np.broadcast_to(rows, (len(q), len(rows)))
+        shared = self._hot_shared(key)
+        return np.concatenate([near, np.broadcast_to(shared, (len(q), len(shared)))], axis=1)
+
+    def _hot_shared(self, key: tuple) -> np.ndarray:
+        """Query-independent hot candidates under the filter: the ``hot_top`` of highest static
+        score and the pending (not yet indexed) members [C] (cached per hot-set version)."""
+        hot, c = self._hot, self.config
+        ck = ("shared", c.hot_top) + key
+        hit = self._mask_cache.get(ck)
+        if hit is not None and hit[0] == (self._gen, hot.version):
+            return hit[2]
+        a_code, k_code, since = key
+        pend = hot.pending_rows()
+        if key == (None, None, None):
+            top = hot.top_static(c.hot_top)
+        else:
+            top = hot.by_static
+            top = top[hot.member[top]]
+            ok = self._passes(top, k_code, since)
+            if a_code is not None:
+                ok &= self._table.agent[top] == a_code
+            top = top[ok][: c.hot_top]
+            ok = self._passes(pend, k_code, since)
+            if a_code is not None:
+                ok &= self._table.agent[pend] == a_code
+            pend = pend[ok]
+        rows = np.concatenate([top, pend])
+        if len(self._mask_cache) > 64:
+            self._mask_cache.clear()
+        self._mask_cache[ck] = ((self._gen, hot.version), len(rows), rows, None)
+        return rows
+
+    def _hot_filtered(self, key: tuple) -> np.ndarray:
+        """Hot rows [S'] passing the filter ``key`` (cached per hot-set version and filter)."""
+        hot, t = self._hot, self._table
+        ck = ("hot",) + key
+        hit = self._mask_cache.get(ck)
+        if hit is not None and hit[0] == (self._gen, hot.version):
+            return hit[2]
+        rows = hot.rows()
+        a_code, k_code, since = key
+        ok = self._passes(rows, k_code, since)
+        if a_code is not None:
+            ok &= t.agent[rows] == a_code
+        rows = rows[ok]
+        if len(self._mask_cache) > 64:
+            self._mask_cache.clear()
+        self._mask_cache[ck] = ((self._gen, hot.version), len(rows), rows, None)
+        return rows
 
     def _rerank(self, q: np.ndarray, cand: np.ndarray, k: int, now: float, w: tuple[float, float, float]):
         t, c = self._table, self.config
@@ -404,6 +485,7 @@ class MemoryStore:
             if len(u):
                 t.last_access[u] = now
                 self._lists.push(u)
+                self._hot.note(u)
                 for i in t.row_id[u].tolist():
                     self._pending_access[i] = now
                 if len(self._pending_access) >= self.config.access_flush_every:
