@@ -39,6 +39,7 @@ import hnswlib
 import numpy as np
 
 from metacog_fast.memory.config import MemoryConfig
+from metacog_fast.memory.index import query_threads
 from metacog_fast.memory.table import Table
 
 
@@ -206,7 +207,7 @@ class HotSet:
             return np.empty((len(q), 0), np.int64)
         self.index.set_ef(max(self.config.hot_k, k))
         try:
-            labels, _ = self.index.knn_query(q, k=k, num_threads=1 if len(q) < 32 else -1, filter=filt)
+            labels, _ = self.index.knn_query(q, k=k, num_threads=query_threads(len(q)), filter=filt)
         except RuntimeError:
             return None
         return self.table.rows_of(labels.astype(np.int64, copy=False))
