@@ -105,7 +105,7 @@ def test_subtask_cap_queue_and_replanning(env):
     llm = ScriptedLLM(plans=["1. find the book => you see a book\n2. put it on the sidetable => book on sidetable",
                              "put it on the sidetable => book on sidetable\nlook again => you see a sidetable"],
                       act=lambda p, o: "look")
-    agent = PlanExecuteAgent(llm, "alfworld", None, ExperienceConfig(episode_action_cap=45, loop_breaking=False), count_tokens=pr.approx_tokens)
+    agent = PlanExecuteAgent(llm, "alfworld", None, ExperienceConfig(action_shortlist=0, subtask_as_command=False, episode_action_cap=45, loop_breaking=False), count_tokens=pr.approx_tokens)
     rec = agent.run_task(env, game=GAME)
     subs = rec.subtasks
     assert subs[0]["description"] == "find the book"
@@ -128,7 +128,7 @@ def test_retry_without_procedural_memory(env):
         return "finish" if ("Procedure index" in prompt or "> look" in prompt) else "look"
 
     llm = ScriptedLLM(plans=["find the book => you see a book"], act=act)
-    agent = PlanExecuteAgent(llm, "alfworld", mem, ExperienceConfig(episode_action_cap=12, loop_breaking=False), count_tokens=pr.approx_tokens)
+    agent = PlanExecuteAgent(llm, "alfworld", mem, ExperienceConfig(action_shortlist=0, subtask_as_command=False, episode_action_cap=12, loop_breaking=False), count_tokens=pr.approx_tokens)
     rec = agent.run_task(env, game=GAME)
     first, retry = rec.subtasks[0], rec.subtasks[1]
     assert rec.retries >= 1
@@ -201,7 +201,7 @@ def test_distillation_after_task_writes_strategic_and_tool_memory(env):
     mem = ExperienceMemory(ExperienceConfig())
     llm = ScriptedLLM(plans=["find the book => you see a book", "", "Open containers before taking from them."],
                       act=lambda p, o: _first_go(o) if "> go to" not in p else "look")
-    agent = PlanExecuteAgent(llm, "alfworld", mem, ExperienceConfig(episode_action_cap=6, subtask_action_cap=3, loop_breaking=False),
+    agent = PlanExecuteAgent(llm, "alfworld", mem, ExperienceConfig(action_shortlist=0, subtask_as_command=False, episode_action_cap=6, subtask_action_cap=3, loop_breaking=False),
                              run_id="r1", model="scripted", count_tokens=pr.approx_tokens)
     rec = agent.run_task(env, game=GAME)
     assert rec.memory_sizes["tool_dynamic"] >= 1
@@ -212,7 +212,7 @@ def test_distillation_after_task_writes_strategic_and_tool_memory(env):
         mem.strategic == []
     # The dynamic instruction is shown with the observation after the tool is used, next task.
     llm2 = ScriptedLLM(plans=["go to the bed => you see the bed"], act=lambda p, o: _first_go(o))
-    PlanExecuteAgent(llm2, "alfworld", mem, ExperienceConfig(episode_action_cap=2, subtask_action_cap=2),
+    PlanExecuteAgent(llm2, "alfworld", mem, ExperienceConfig(action_shortlist=0, subtask_as_command=False, episode_action_cap=2, subtask_action_cap=2),
                      count_tokens=pr.approx_tokens).run_task(env, game=GAME)
     assert "(tip: worked before: 'go to " in llm2.choices[1][0]
 
@@ -221,7 +221,7 @@ def test_continuous_learning_resume(tmp_path):
     from metacog_fast.agents.experience import protocols as pt
 
     cfg = pt.ProtocolConfig(games=[str(GAME)], iterations=2, out=str(tmp_path / "run"))
-    exp = ExperienceConfig(episode_action_cap=3, subtask_action_cap=3, loop_breaking=False)
+    exp = ExperienceConfig(action_shortlist=0, subtask_as_command=False, episode_action_cap=3, subtask_action_cap=3, loop_breaking=False)
     llm = ScriptedLLM(plans=[], act=lambda p, o: "look")
     m = pt.continuous_learning(cfg, exp, llm=llm, log=lambda s: None)
     assert [(r["condition"], r["iteration"]) for r in m["rows"]] == [("baseline", 0), ("memory", 1), ("memory", 2)]
@@ -260,7 +260,7 @@ def test_transfer_uses_frozen_memory_written_by_another_model(tmp_path):
     before = json.loads(src.read_text())
     cfg = pt.ProtocolConfig(games=[str(GAME)], out=str(tmp_path / "t"), memory_in=str(src))
     llm = ScriptedLLM(plans=[], act=lambda p, o: "finish")
-    m = pt.transfer(cfg, ExperienceConfig(episode_action_cap=3, subtask_action_cap=2), llm=llm, log=lambda s: None)
+    m = pt.transfer(cfg, ExperienceConfig(action_shortlist=0, subtask_as_command=False, episode_action_cap=3, subtask_action_cap=2), llm=llm, log=lambda s: None)
     assert [(r["condition"], r["iteration"]) for r in m["rows"]] == [("baseline", 0), ("frozen", 1)]
     after = json.loads((tmp_path / "t" / "memory.json").read_text())
     assert after["procedural"] == before["procedural"] and after["strategic"] == before["strategic"]  # frozen

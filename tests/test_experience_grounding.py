@@ -12,7 +12,7 @@ from metacog_fast.agents.experience import prompts as pr
 from metacog_fast.agents.experience.agent import PlanExecuteAgent
 from metacog_fast.agents.experience.config import ExperienceConfig
 from metacog_fast.agents.experience.embed import hashing_embedder
-from metacog_fast.agents.experience.grounding import LoopBreaker
+from metacog_fast.agents.experience.grounding import LoopBreaker, subtask_commands
 
 GAME = 13  # valid_seen pick_and_place_simple-Book-None-SideTable-329: a book 1 and a book 2 lie on bed 1
 
@@ -120,7 +120,7 @@ def _always_inventory(prompt, options):
 @pytest.mark.parametrize("breaking", [True, False])
 def test_inventory_loop_is_broken_only_with_the_option(env, breaking):
     llm = Policy(act=_always_inventory)
-    cfg = ExperienceConfig(episode_action_cap=8, loop_breaking=breaking)
+    cfg = ExperienceConfig(episode_action_cap=8, loop_breaking=breaking, action_shortlist=0, subtask_as_command=False)
     rec = PlanExecuteAgent(llm, "alfworld", None, cfg, count_tokens=pr.approx_tokens).run_task(env, game=GAME)
     acts = rec.subtasks[0]["actions"]
     if breaking:
@@ -136,7 +136,8 @@ def test_embed_grounding_maps_free_text_to_an_admissible_command(env):
     said = iter(["go to bed 1", "pick up the book one", "finish"])
     llm = Policy(plan="take the book => you hold the book\nput the book on the sidetable => book on sidetable",
                  say=lambda p: next(said, "finish"))
-    cfg = ExperienceConfig(episode_action_cap=6, action_grounding="embed")
+    cfg = ExperienceConfig(episode_action_cap=6, action_grounding="embed", action_shortlist=0,
+                           subtask_as_command=False)
     agent = PlanExecuteAgent(llm, "alfworld", None, cfg, count_tokens=pr.approx_tokens, encoder=HashEncoder())
     rec = agent.run_task(env, game=GAME)
     first = rec.subtasks[0]
@@ -162,7 +163,40 @@ def test_choose_grounding_uses_the_llm_ranking_for_non_admissible_text(env):
 
     said = iter(["walk to the bed", "finish"])
     llm = Policy(say=lambda p: next(said, "finish"), pick=pick)
-    rec = PlanExecuteAgent(llm, "alfworld", None, ExperienceConfig(episode_action_cap=4, action_grounding="choose"),
+    rec = PlanExecuteAgent(llm, "alfworld", None, ExperienceConfig(episode_action_cap=4, action_grounding="choose",
+                                                                  action_shortlist=0),
                            count_tokens=pr.approx_tokens).run_task(env, game=GAME)
     assert rec.subtasks[0]["actions"][0] == "go to bed 1"
     assert ranked and "finish" in ranked[0] and rec.grounding["choose"] == 1
+
+
+def test_subtask_commands_match():
+    cmds = ["go to bed 1", "take book 1 from bed 1", "take book 2 from bed 1", "take pillow 1 from bed 1",
+            "examine bed 1", "move book 1 to sidetable 1", "look"]
+    assert subtask_commands("take the book", cmds) == ["take book 1 from bed 1", "take book 2 from bed 1"]
+    assert subtask_commands("pick up the book", cmds) == ["take book 1 from bed 1", "take book 2 from bed 1"]
+    assert subtask_commands("put the book on the sidetable", cmds) == ["move book 1 to sidetable 1"]
+    assert subtask_commands("find the book", cmds) == []  # no command spells out "find"
+    assert subtask_commands("look", cmds) == []  # one word: too vague to ground
+    assert subtask_commands("go to the bed", cmds) == ["go to bed 1"]
+
+
+def test_subtask_as_command_and_shortlist_restrict_the_options(env):
+    # "take the book" at the start: no take command yet -> shortlist of 3 nearest commands; at bed 1 the
+    # take commands are offered alone (with finish); the policy takes the first option it is given.
+    def act(prompt, options):
+        return next(o for o in options if o.startswith("take ")) if any(o.startswith("take ") for o in options) \
+            else ("go to bed 1" if "go to bed 1" in options else options[0])
+
+    llm = Policy(plan="take the book => you hold the book\nput the book on the sidetable => book on sidetable",
+                 act=act)
+    cfg = ExperienceConfig(episode_action_cap=4, subtask_action_cap=2, action_shortlist=3)
+    rec = PlanExecuteAgent(llm, "alfworld", None, cfg, count_tokens=pr.approx_tokens).run_task(env, game=GAME)
+    first = llm.offered[0]
+    assert len(first) == 3 + 1 and first[-1] == "finish" and "go to bed 1" in first
+    assert rec.subtasks[0]["actions"][:2] == ["go to bed 1", "take book 1 from bed 1"]
+    at_bed = llm.offered[1]
+    assert at_bed == ["take book 1 from bed 1", "take book 2 from bed 1", "finish"]
+    assert rec.grounding["subtask_command_turns"] >= 1
+    with pytest.raises(ValueError, match="action_shortlist"):
+        ExperienceConfig(action_shortlist=-1)

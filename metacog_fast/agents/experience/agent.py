@@ -10,7 +10,7 @@ from metacog_fast.agents.experience import entries as en
 from metacog_fast.agents.experience import prompts as pr
 from metacog_fast.agents.experience import reflect as rf
 from metacog_fast.agents.experience.config import ExperienceConfig
-from metacog_fast.agents.experience.grounding import LoopBreaker
+from metacog_fast.agents.experience.grounding import LoopBreaker, subtask_commands
 from metacog_fast.agents.experience.memory import ExperienceMemory, now_iso
 from metacog_fast.agents.experience.tools import ACCESS_GUIDE, ENV_TOOLS, FINISH, action_type
 from metacog_fast.agents.experience.trajectory import Step, SubTask, SubTaskQueue, SubTaskResult
@@ -56,9 +56,12 @@ class PlanExecuteAgent:
 
     def __init__(self, llm: Any, env_name: str, memory: ExperienceMemory | None = None,
                  config: ExperienceConfig | None = None, run_id: str = "", model: str = "",
-                 count_tokens: pr.TokenCounter | None = None, encoder: Any = None) -> None:
+                 count_tokens: pr.TokenCounter | None = None, encoder: Any = None,
+                 embed: Any = None) -> None:
         """``encoder``: a MiniLM encoder (``.encode(texts) -> [N, 384]``) for "embed" grounding;
-        None loads the package's one on first use."""
+        None loads the package's one on first use. ``embed``: the text embedder of the command
+        shortlist (``embed.Embedder``); None takes the memory's, else the hashing embedder (pass
+        the same one to memory and baseline runs so that both see the same shortlists)."""
         if env_name not in ENV_TOOLS:
             raise ValueError(f"env_name must be one of {sorted(ENV_TOOLS)}, got {env_name!r}")
         self.llm = llm
@@ -71,6 +74,11 @@ class PlanExecuteAgent:
         self.model = model
         self.count = count_tokens or pr.llm_token_counter(llm)
         self._encoder = encoder
+        if embed is None:
+            from metacog_fast.agents.experience.embed import hashing_embedder
+
+            embed = memory.embed if memory is not None else hashing_embedder
+        self.embed = embed
         self._mapper: Any = None
 
     def mapper(self) -> Any:
@@ -187,6 +195,10 @@ class PlanExecuteAgent:
             if self.done or self.env_actions >= self.config.episode_action_cap:
                 break
             commands = self.loops.allowed(self.admissible) if self.config.loop_breaking else list(self.admissible)
+            direct = subtask_commands(st.description, commands) if self.config.subtask_as_command else []
+            commands = direct or self.shortlist(st, commands)
+            if direct:
+                self.grounded["subtask_command_turns"] = self.grounded.get("subtask_command_turns", 0) + 1
             options = list(dict.fromkeys(commands + [f"{ACCESS_GUIDE} {k}" for k in sops] + [FINISH]))
             action = self.act(st, steps, sops, use_procedural, options)
             if action == FINISH:
@@ -216,7 +228,7 @@ class PlanExecuteAgent:
             how, action = "choice", self.llm.generate_choice(prompt, options).text
         else:
             # Free text needs the commands in view: the model is not constrained to them.
-            prompt = self.action_prompt(st, steps, sops, use_procedural, self.rank_options(st, options))
+            prompt = self.action_prompt(st, steps, sops, use_procedural, options)
             # Prompt ends at ">" (not "> "): after a trailing space the 135M model writes only "\n".
             prompt = prompt.rstrip()
             text = self.llm.complete(prompt, max_tokens=self.config.free_action_max_tokens, stop=["\n"])[0].text
@@ -225,19 +237,16 @@ class PlanExecuteAgent:
         self.grounded[how] = self.grounded.get(how, 0) + 1
         return action
 
-    def rank_options(self, st: SubTask, options: list[str]) -> list[str]:
-        """``options`` as listed in the prompt: most similar to the sub-task first (memory embedder,
-        hashing when there is no memory), ``finish`` last; the small model tends to pick from the top."""
-        from metacog_fast.agents.experience.embed import hashing_embedder
-
-        cmds = [o for o in options if o != FINISH]
-        if not cmds:
-            return list(options)
-        embed = self.memory.embed if self.memory is not None else hashing_embedder
-        e = embed([f"{st.description} {st.goal}"] + cmds)
+    def shortlist(self, st: SubTask, commands: list[str]) -> list[str]:
+        """The ``config.action_shortlist`` commands nearest to the sub-task (description and goal),
+        in their original order; all of them when the shortlist is 0 or not shorter."""
+        k = self.config.action_shortlist
+        if k <= 0 or len(commands) <= k:
+            return list(commands)
+        e = self.embed([f"{st.description}. {st.goal}"] + list(commands))
         sim = e[1:] @ e[0]
-        order = sorted(range(len(cmds)), key=lambda i: (-float(sim[i]), i))
-        return [cmds[i] for i in order] + ([FINISH] if FINISH in options else [])
+        keep = set(sorted(range(len(commands)), key=lambda i: (-float(sim[i]), i))[:k])
+        return [c for i, c in enumerate(commands) if i in keep]
 
     def env_step(self, action: str) -> str:
         obs, _reward, done, info = self.env.step(action)

@@ -31,6 +31,10 @@ def add_learn_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--subtask-actions", type=int, default=20)
     p.add_argument("--grounding", choices=["choice", "embed", "choose"], default="choice",
                    help="how the actor's turn becomes an admissible command (ExperienceConfig.action_grounding)")
+    p.add_argument("--shortlist", type=int, default=8,
+                   help="commands offered per turn, nearest to the sub-task (0: all; ExperienceConfig.action_shortlist)")
+    p.add_argument("--no-subtask-commands", action="store_true",
+                   help="do not offer only the commands that spell out the sub-task (ExperienceConfig.subtask_as_command)")
     p.add_argument("--no-loop-breaking", action="store_true",
                    help="offer commands repeated with an unchanged observation again (ExperienceConfig.loop_breaking)")
     p.set_defaults(func=run_learn)
@@ -80,7 +84,8 @@ def run_learn(args: argparse.Namespace) -> int:
                             baseline=not args.no_baseline, llm_uri=args.llm, n_threads=args.threads,
                             embedder=args.embedder, memory_in=args.memory_in, out=args.out)
     exp = ExperienceConfig(episode_action_cap=args.episode_actions, subtask_action_cap=args.subtask_actions,
-                           action_grounding=args.grounding, loop_breaking=not args.no_loop_breaking)
+                           action_grounding=args.grounding, loop_breaking=not args.no_loop_breaking,
+                           action_shortlist=args.shortlist, subtask_as_command=not args.no_subtask_commands)
     if args.protocol == "continuous":
         m = pt.continuous_learning(cfg, exp)
     else:

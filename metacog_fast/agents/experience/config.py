@@ -44,6 +44,15 @@ class ExperienceConfig:
     loop_breaking: bool = True
     """Hide commands already executed since the last never-seen observation of the episode
     (``grounding.LoopBreaker``): a command repeated with an unchanged observation is not re-offered."""
+    action_shortlist: int = 8
+    """Offer the actor only this many env commands per turn: those nearest (embedder cosine) to the
+    current sub-task's description and goal, after loop breaking; 0 offers all. SmolLM2-135M copies
+    the ``go to`` pattern of its trajectory whatever the sub-task; a shortlist grounded in the
+    sub-task text puts ``take book 1 from bed 1`` among few options when the sub-task is "take the book"."""
+    subtask_as_command: bool = True
+    """When some env commands spell out the sub-task itself (``grounding.subtask_commands``: "take the
+    book" -> "take book 1 from bed 1"), offer only those (and ``finish``): the plan step is grounded
+    to the commands that perform it, and the LLM still picks among them and decides when to finish."""
     free_action_max_tokens: int = 16
     """Generation budget of a free-text action ("embed" / "choose" grounding)."""
 
@@ -52,6 +61,8 @@ class ExperienceConfig:
 
         if self.action_grounding not in GROUNDINGS:
             raise ValueError(f"action_grounding: expected one of {GROUNDINGS}, got {self.action_grounding!r}")
+        if int(self.action_shortlist) < 0:
+            raise ValueError(f"action_shortlist: expected >= 0 (0 = all commands), got {self.action_shortlist!r}")
         for name in ("subtask_action_cap", "episode_action_cap", "max_subtasks", "free_action_max_tokens"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)!r}")

@@ -73,3 +73,26 @@ class LoopBreaker:
         if len(keep) < len(opts):
             self.hidden_turns += 1
         return keep
+
+
+_FILLER = {"a", "an", "the", "some", "to", "in", "on", "into", "onto", "from", "with", "at", "of", "it", "and",
+           "then", "up", "your", "its"}
+_VERB = {"put": "put", "place": "put", "move": "put", "drop": "put", "take": "take", "pick": "take",
+         "grab": "take", "get": "take", "go": "go", "walk": "go"}
+
+
+def _words(text: str) -> set[str]:
+    import re
+
+    return {_VERB.get(w, w) for w in re.findall(r"[a-z]+", text.lower()) if w not in _FILLER}
+
+
+def subtask_commands(description: str, commands: Sequence[str]) -> list[str]:
+    """Commands that spell out the sub-task itself: every word of ``description`` (fillers dropped,
+    object numbers ignored, verb synonyms such as put/move/place and take/pick folded) occurs in the
+    command. "take the book" -> ["take book 1 from bed 1", "take book 2 from bed 1"]; "find the book"
+    -> [] (no command contains "find"). Descriptions of fewer than two such words match nothing."""
+    need = _words(description)
+    if len(need) < 2:
+        return []
+    return [c for c in commands if need <= _words(c)]

@@ -117,7 +117,8 @@ class Run:
             return
         exp = ExperienceConfig(**{**asdict(self.exp), "use_memory": use_memory, "learn": learn})
         agent = PlanExecuteAgent(self.llm, self.cfg.env, self.memory if use_memory else None, exp,
-                                 run_id=os.path.basename(os.path.abspath(self.cfg.out)), model=self.model)
+                                 run_id=os.path.basename(os.path.abspath(self.cfg.out)), model=self.model,
+                                 embed=self.embed)
         env, opts = open_env(self.cfg, game)
         try:
             rec = agent.run_task(env, **opts)
