@@ -96,3 +96,58 @@ def test_batched_select_equals_unbatched(scorer, select):
     c = agent.select(ROLLOUTS, ADMISSIBLE)
     assert enc.cache.misses == misses
     assert c.info["scores"] == b.info["scores"]
+
+
+# -- the encoder's lean forward (MuseAgent's chunks are encoded through it) ---------------------
+CHUNKS = [
+    "> go to desk 1\nYou arrive at desk 1. On the desk 1, you see a alarmclock 4, and a mug 1.\n"
+    "> take alarmclock 4 from desk 1\nYou pick up the alarmclock 4 from the desk 1.\n> go to sidetable 1\n"
+    "You arrive at sidetable 1. On the sidetable 1, you see nothing.\n> put alarmclock 4 in/on sidetable 1\n"
+    "Plan: 1. find the alarmclock. 2. take it. 3. put it on the sidetable.",
+    "> examine desk 1\nOn the desk 1, you see a alarmclock 4.\n> inventory\nYou are not carrying anything.\n"
+    "Plan: 1. find the alarmclock.",
+    "> look",
+]
+
+
+@pytest.fixture(scope="module")
+def encoders(scorer):
+    """The transformers forward, the lean forward with SDPA and with the matmul attention, all bf16."""
+    from metacog_fast.scoring import EncoderConfig, MiniLMEncoder
+
+    st = scorer.encoder.st
+    hf = MiniLMEncoder(EncoderConfig(precision="bf16", attention="sdpa"), st_model=st)
+    hf._lean = False
+    return {"hf": hf,
+            "sdpa": MiniLMEncoder(EncoderConfig(precision="bf16", attention="sdpa"), st_model=st),
+            "matmul": MiniLMEncoder(EncoderConfig(precision="bf16", attention="matmul"), st_model=st)}
+
+
+def test_lean_forward_matches_transformers(encoders):
+    from metacog_fast.scoring.encoder import cpu_has_bf16
+
+    if not cpu_has_bf16():
+        pytest.skip("bf16 encoder path needs AVX512-BF16")
+    hf = encoders["hf"].encode(CHUNKS, use_cache=False)  # padded batch of 3 lengths
+    sdpa = encoders["sdpa"].encode(CHUNKS, use_cache=False)
+    assert encoders["sdpa"]._lean not in (None, False)  # the lean path did run
+    np.testing.assert_allclose(sdpa, hf, atol=1e-6, rtol=0)
+    mm = encoders["matmul"].encode(CHUNKS, use_cache=False)
+    ref = encoders["hf"].encode_reference(CHUNKS)  # fp32 sentence-transformers
+    # bf16 rounding of the attention only: as close to fp32 as transformers' bf16 path.
+    assert np.abs(mm - hf).max() < 5e-3
+    cos_mm, cos_hf = (mm * ref).sum(1), (hf * ref).sum(1)
+    assert cos_mm.min() > 0.9995 and cos_hf.min() > 0.9995
+    # One text alone (no padding, no mask) equals its row of the padded batch to bf16 rounding.
+    for i, t in enumerate(CHUNKS):
+        np.testing.assert_allclose(encoders["matmul"].encode([t], use_cache=False)[0], mm[i], atol=5e-3, rtol=0)
+
+
+def test_attention_option_validated():
+    from metacog_fast.scoring import EncoderConfig, MiniLMEncoder
+
+    with pytest.raises(ValueError, match="attention"):
+        MiniLMEncoder(EncoderConfig(attention="flash"))
+    int8 = MiniLMEncoder(EncoderConfig(precision="int8"))
+    int8.encode(["> look"], use_cache=False)
+    assert int8._lean is False and int8.attention == "sdpa"  # quantised modules: transformers' forward
