@@ -3,6 +3,8 @@
     metacog train metaworld --profile cpu|smoke|paper [--agent muse|dreamer|both] [--run-dir DIR]
     metacog adapt metaworld --agent muse|dreamer --checkpoint RUN/pretrained [--run-dir DIR]
     metacog demo            (demo_part: a short MUSE-WM run on one novel task, decision rate)
+    python -m metacog_fast.train.cli assess --checkpoint STEM --tasks novel|known|T1,T2 --out F.json
+                            (run_assess: SA head on scripted-policy episodes, report.assess_on_scripted)
 
 ``run_train`` runs the whole protocol (pre-deployment + adaptation) for each agent, resuming
 runs found in ``--run-dir``, then writes the report (JSON, CSV, Table 1, plots) to ``--out``.
@@ -100,6 +102,93 @@ def run_adapt(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+def add_assess_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``assess``: the SA head of a checkpoint on scripted-policy episodes."""
+    parser.add_argument("--checkpoint", required=True, nargs="+",
+                        help="MUSE checkpoint stem(s) (e.g. RUN/pretrained RUN/ckpt/latest), assessed on the same episodes")
+    parser.add_argument("--names", nargs="+", default=None, help="a name per checkpoint (default: the stem's file name)")
+    parser.add_argument("--tasks", default="novel",
+                        help="novel (the profile's novel tasks, zero task embedding), known (MT10), or a comma list")
+    parser.add_argument("--novel", action="store_true", help="zero task embedding for a comma list of --tasks")
+    parser.add_argument("--episodes-per-task", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=12345, help="held-out layouts and noise")
+    parser.add_argument("--backend", default="auto", help="acting kernel backend (auto, cpu, torch, ...)")
+    parser.add_argument("--threads", type=int, default=1, help="torch and core threads")
+    parser.add_argument("--out", required=True, help="result JSON")
+    parser.add_argument("--roc", default=None, help="Type-2 ROC PNG, one curve per checkpoint with a defined AUROC2")
+
+
+def checkpoint_state(stem: str | Path) -> dict[str, Any]:
+    """What a checkpoint holds: its phase, updates and, for a runner checkpoint written during or
+    after adaptation, the novel task whose adaptation its weights carry (each novel task restarts
+    from the pre-trained weights, so a ``latest`` checkpoint holds only the last task's)."""
+    from metacog_fast.train.checkpoint import read_config
+
+    cfg, doc = read_config(stem)
+    meta = doc.get("meta", {})
+    out: dict[str, Any] = {"checkpoint": str(stem), "agent": cfg.agent, "profile": cfg.profile,
+                           "phase": meta.get("phase") or ("pretrained" if "pretrain_replay" in meta else None),
+                           "updates": meta.get("updates")}
+    ad = meta.get("adapt")
+    if ad is not None and meta.get("phase") in ("adapt", "done"):
+        ti, ep = int(ad["task_index"]), int(ad["episode"])
+        if ep == 0 and ti > 0:
+            ti, ep = ti - 1, cfg.adapt_episodes
+        if ep > 0:
+            out["adapted_task"] = cfg.novel_tasks[ti]
+            out["adapted_episodes"] = ep
+            out["adapted_updates"] = ep * cfg.adapt_updates_per_episode
+    return out
+
+
+def run_assess(args: argparse.Namespace) -> dict[str, Any]:
+    """The SA head of each ``--checkpoint`` on the same scripted episodes of ``--tasks`` (same seed:
+    same layouts and actions); writes ``--out`` = {"checkpoints": {name: result}} and ``--roc``."""
+    from metacog_fast.train.checkpoint import atomic_write_json, read_config
+    from metacog_fast.train.report import assess_on_scripted, plot_type2_roc_curves
+    from metacog_fast.train.runner import set_threads
+
+    set_threads(args.threads)
+    stems = [Path(c).with_suffix("") if Path(c).suffix in (".json", ".safetensors") else Path(c) for c in args.checkpoint]
+    names = args.names or [s.name for s in stems]
+    if len(names) != len(stems) or len(set(names)) != len(names):
+        raise ValueError(f"--names: expected {len(stems)} distinct names (one per --checkpoint), got {names}")
+    cfgs = [read_config(s)[0] for s in stems]
+    for s, c in zip(stems, cfgs):
+        if not c.model.muse:
+            raise ValueError(f"--checkpoint: {s} is a {c.agent} checkpoint without a trained SA head")
+    cfg = cfgs[0]
+    if args.tasks == "novel":
+        tasks, novel = tuple(cfg.novel_tasks), True
+    elif args.tasks == "known":
+        tasks, novel = tuple(cfg.train_tasks), False
+    else:
+        tasks, novel = tuple(t.strip() for t in args.tasks.split(",") if t.strip()), args.novel
+        if not tasks:
+            raise ValueError(f"--tasks: expected novel, known or a comma list, got {args.tasks!r}")
+    results: dict[str, Any] = {}
+    curves = {}
+    for name, stem in zip(names, stems):
+        t0 = time.perf_counter()
+        res = assess_on_scripted(stem, tasks, episodes_per_task=args.episodes_per_task, seed=args.seed,
+                                 backend=args.backend, novel=novel, keep_signal=True)
+        signal = res.pop("_signal")
+        if res["auroc2"] == res["auroc2"]:  # not NaN
+            curves[name] = signal
+        res["wall_seconds"] = time.perf_counter() - t0
+        res["checkpoint_state"] = checkpoint_state(stem)
+        results[name] = res
+        print(f"{name}: {len(tasks)} tasks x {args.episodes_per_task} episodes ({res['successful_episodes']} successful): "
+              f"metacognitive accuracy {res['metacognitive_accuracy']:.3f} (always-failure "
+              f"{res['always_failure_accuracy']:.3f}), AUROC2 {res['auroc2']:.3f}")
+    doc = {"checkpoints": results, "tasks": list(tasks), "novel": novel, "seed": args.seed,
+           "episodes_per_task": args.episodes_per_task, "threads": args.threads}
+    atomic_write_json(args.out, doc)
+    if args.roc and curves:
+        plot_type2_roc_curves(curves, args.roc, title=f"Type-2 ROC, {'novel' if novel else 'known'} tasks (scripted)")
+    return doc
+
+
 def demo_part(task: str = "coffee-button-v3", steps: int = 100, checkpoint: str | None = None,
               sr_z: str = "prior", backend: str = "auto", seed: int = 0, threads: int = 1) -> dict[str, Any]:
     """A short MUSE-WM episode on one novel task (task embedding zeroed), self-regulating at every
@@ -149,7 +238,7 @@ def demo_part(task: str = "coffee-button-v3", steps: int = 100, checkpoint: str 
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Stand-alone entry: ``python -m metacog_fast.train.cli train|adapt|demo ...``."""
+    """Stand-alone entry: ``python -m metacog_fast.train.cli train|adapt|demo|assess ...``."""
     p = argparse.ArgumentParser(prog="python -m metacog_fast.train.cli")
     sub = p.add_subparsers(dest="cmd", required=True)
     add_train_arguments(sub.add_parser("train"))
@@ -158,11 +247,14 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--task", default="coffee-button-v3")
     d.add_argument("--steps", type=int, default=100)
     d.add_argument("--checkpoint", default=None)
+    add_assess_arguments(sub.add_parser("assess"))
     args = p.parse_args(argv)
     if args.cmd == "train":
         run_train(args)
     elif args.cmd == "adapt":
         run_adapt(args)
+    elif args.cmd == "assess":
+        run_assess(args)
     else:
         demo_part(args.task, args.steps, args.checkpoint)
 

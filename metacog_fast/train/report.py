@@ -179,24 +179,58 @@ def write_report(runs: Mapping[str, tuple[str | Path, ProtocolConfig]], out_dir:
     return results
 
 
+def sa_metrics(psi: Any, labels: Any, success: Any) -> dict[str, Any]:
+    """SPEC §3 self-assessment metrics of a set of rows (the same functions as Table 1).
+
+    psi [R, N] in [0, 1] (ψ of each row), labels [R, N] (the quantile labels of the row's
+    episode), success [R] (its episode's outcome). Returns ``rows``, ``metacognitive_accuracy``
+    (every ψ_i >= 0.5 against c_i) and ``auroc2`` (Σ_i ψ_i against success; NaN with an
+    ``auroc2_note`` when only one outcome occurs)."""
+    psi, lab, out = np.asarray(psi), np.asarray(labels), np.asarray(success)
+    if psi.ndim != 2 or lab.shape != psi.shape or out.shape != psi.shape[:1]:
+        raise ValueError(f"psi/labels/success: expected [R, N], [R, N], [R], got "
+                         f"{psi.shape}, {lab.shape}, {out.shape}")
+    pos = float(lab.mean()) if lab.size else float("nan")
+    # always_failure_accuracy: the accuracy of a head that predicts ψ_i < 0.5 everywhere, the
+    # base rate the accuracy has to be read against when most labels are 0
+    res: dict[str, Any] = {"rows": int(psi.shape[0]),
+                           "metacognitive_accuracy": metacognitive_accuracy(psi.ravel(), lab.ravel()),
+                           "positive_label_fraction": pos, "always_failure_accuracy": 1.0 - pos}
+    if 0 < out.sum() < out.size:
+        res["auroc2"] = auroc2(psi.sum(-1), out)
+    else:
+        res["auroc2"] = float("nan")
+        res["auroc2_note"] = "undefined: every episode had the same outcome"
+    return res
+
+
 def assess_on_scripted(stem: str | Path, tasks: tuple[str, ...], episodes_per_task: int = 4, seed: int = 12345,
-                       backend: str = "auto", roc_path: str | Path | None = None) -> dict[str, Any]:
-    """Supplementary check of the SA head on *known* tasks: held-out layouts (``seed``) driven by
-    the noisy/delayed scripted policy (so both outcomes occur), the agent only filtering the
-    observations (its recurrence uses the executed action). Returns accuracy, AUROC2 and counts."""
+                       backend: str = "auto", roc_path: str | Path | None = None, novel: bool = False,
+                       roc_title: str | None = None, keep_signal: bool = False) -> dict[str, Any]:
+    """Supplementary check of the SA head with the noisy/delayed scripted policy driving the
+    episodes (so both outcomes occur), the agent only filtering the observations (its recurrence
+    uses the executed action): layouts from ``seed`` (held out), the profile's noise levels and
+    delays cycled per episode. ``novel``: the tasks get a zero task embedding (the adaptation
+    protocol's novel tasks) instead of their one-hot. Returns pooled accuracy, AUROC2 and counts,
+    the same per task (``per_task``), pooled without the random-only episodes
+    (``without_random_only``: delay >= 1, the expert never acts) and one record per episode.
+    ``keep_signal``: also return ``_signal`` = (Σψ [R], episode success [R]) for a ROC plot."""
     from metacog_fast.agents.muse_wm import MuseWMAgent
+    from metacog_fast.metrics import quantile_labels
     from metacog_fast.train.checkpoint import read_config
     from metacog_fast.train.config import ActConfig
     from metacog_fast.train.rollout import make_metaworld
 
+    if episodes_per_task < 1:
+        raise ValueError(f"episodes_per_task: expected >= 1, got {episodes_per_task}")
     cfg, _ = read_config(stem)
     T = cfg.max_episode_steps
     agent = MuseWMAgent.from_checkpoint(stem, act=ActConfig(self_regulation=False, backend=backend), seed=seed)
     rng = np.random.default_rng(seed)
     sc = cfg.scripted
-    psis, labels, outcome = [], [], []
+    psis, labels, outcome, records = [], [], [], []
     for ti, task in enumerate(tasks):
-        env = make_metaworld(task, seed + ti, T, novel=False)
+        env = make_metaworld(task, seed + ti, T, novel=novel)
         for k in range(episodes_per_task):
             noise = sc.noise_levels[k % len(sc.noise_levels)]
             delay = sc.delay_fractions[(k + ti) % len(sc.delay_fractions)]
@@ -215,17 +249,68 @@ def assess_on_scripted(stem: str | Path, tasks: tuple[str, ...], episodes_per_ta
                     t_success = t + 1
                 if done:
                     break
-            from metacog_fast.metrics import quantile_labels
-
             psis.append(np.stack(rows))
             labels.append(quantile_labels(t_success if t_success >= 0 else None, T, cfg.model.N, steps=len(rows)))
             outcome.append(np.full(len(rows), int(t_success >= 0)))
+            records.append({"task": task, "noise": float(noise), "delay": float(delay), "success": int(t_success >= 0),
+                            "t_success": t_success, "steps": len(rows),
+                            "psi_sum_mean": float(psis[-1].sum(-1).mean())})
         env.close()
     psi, lab, out = np.concatenate(psis), np.concatenate(labels), np.concatenate(outcome)
     res: dict[str, Any] = {"episodes": len(psis), "successful_episodes": int(sum(o[0] for o in outcome)),
-                           "metacognitive_accuracy": metacognitive_accuracy(psi.ravel(), lab.ravel()),
-                           "tasks": list(tasks), "seed": seed}
-    res["auroc2"] = auroc2(psi.sum(-1), out) if 0 < out.sum() < out.size else float("nan")
+                           "tasks": list(tasks), "seed": seed, "novel": novel, "T_max": T,
+                           "episodes_per_task": episodes_per_task}
+    pooled = sa_metrics(psi, lab, out)
+    res.update({k: v for k, v in pooled.items() if k != "rows"})
+    res["per_task"] = {}
+    for task in tasks:
+        idx = [i for i, r in enumerate(records) if r["task"] == task]
+        m = sa_metrics(np.concatenate([psis[i] for i in idx]), np.concatenate([labels[i] for i in idx]),
+                       np.concatenate([outcome[i] for i in idx]))
+        res["per_task"][task] = {"episodes": len(idx), "successful_episodes": sum(records[i]["success"] for i in idx), **m}
+    idx = [i for i, r in enumerate(records) if r["delay"] < 1.0]
+    if idx and len(idx) < len(records):
+        res["without_random_only"] = {
+            "episodes": len(idx), "successful_episodes": sum(records[i]["success"] for i in idx),
+            **sa_metrics(np.concatenate([psis[i] for i in idx]), np.concatenate([labels[i] for i in idx]),
+                         np.concatenate([outcome[i] for i in idx]))}
+    res["episode_records"] = records
     if roc_path is not None and np.isfinite(res["auroc2"]):
-        plot_type2_roc(psi.sum(-1), out, roc_path, title="Type-2 ROC, known tasks (scripted)")
+        title = roc_title or f"Type-2 ROC, {'novel' if novel else 'known'} tasks (scripted)"
+        plot_type2_roc(psi.sum(-1), out, roc_path, title=title)
+    if keep_signal:
+        res["_signal"] = (psi.sum(-1), out)
     return res
+
+
+def plot_type2_roc_curves(curves: Mapping[str, tuple[Any, Any]], path: str | os.PathLike,
+                          title: str = "Type-2 ROC") -> Path:
+    """Several Type-2 ROC curves in one figure: ``{name: (signal [R], outcome [R])}``, AUROC2 of
+    each in the legend."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    from metacog_fast._atomic import atomic_tmp_path
+    from metacog_fast.metrics import type2_roc
+
+    if not curves:
+        raise ValueError("curves: expected at least one (signal, outcome) pair, got an empty mapping")
+    fig = Figure(figsize=(4.8, 4.2))
+    ax = fig.add_subplot(1, 1, 1)
+    for name, (signal, outcome) in curves.items():
+        fpr, tpr, _ = type2_roc(signal, outcome)
+        ax.plot(fpr, tpr, lw=2, label=f"{name}: AUROC2 = {auroc2(signal, outcome):.3f}")
+    ax.plot([0, 1], [0, 1], ls="--", c="grey", lw=1, label="chance")
+    ax.set_xlabel("false positive rate (failures judged successes)")
+    ax.set_ylabel("true positive rate")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.01)
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_tmp_path(out, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+    return out
