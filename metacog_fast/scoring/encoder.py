@@ -17,6 +17,9 @@ Fast path (:meth:`MiniLMEncoder.encode`):
   bfloat16, oneDNN AVX512-BF16 kernels); ``precision="auto"`` picks bf16 when the
   CPU has AVX512-BF16 (measured faster *and* closer to fp32 than int8 on the dev
   machine, see docs/scoring.md), int8 otherwise, and fp16 on a GPU;
+- the model runs through a lean copy of BertModel's forward (fused Q/K/V GEMM, none of
+  transformers' per-call plumbing); its attention is ``EncoderConfig.attention`` ("auto": bf16
+  GEMMs with an fp32 softmax on the CPU in bf16, torch SDPA otherwise);
 - pooling + normalisation is the fused ``mean_pool_l2norm`` kernel;
 - an LRU cache maps text -> embedding (repeated rollouts, repeated chunks), and
   :meth:`encode_task` keeps ``M(I)`` per task in its own cache, so rollouts never
@@ -67,10 +70,10 @@ class EncoderConfig:
     pool_backend: str = "auto"
     """Backend of the fused mean-pool + L2 kernel."""
     attention: str = "auto"
-    """Self-attention of the (non-int8) model: "sdpa" (torch's fused kernel, as transformers runs it),
-    "matmul" (QK^T and PV as batched GEMMs in the model dtype, softmax in float32), or "auto": "matmul" for bf16
-    on the CPU (torch's CPU flash kernel is ~2.5x slower at MiniLM's head size 32; embeddings as close
-    to fp32 as with it, docs/alfworld_agents.md), "sdpa" otherwise."""
+    """Self-attention of the (non-int8) model: "sdpa" (torch's fused kernel, as transformers runs
+    it), "matmul" (QK^T and PV as batched GEMMs in the model dtype, softmax in float32), or "auto":
+    "matmul" for bf16 on the CPU (torch's CPU flash kernel is ~2.5x slower at MiniLM's head size 32;
+    embeddings as close to fp32 as with it, docs/alfworld_agents.md), "sdpa" otherwise."""
 
 
 def default_model_path() -> str:
@@ -289,7 +292,8 @@ class MiniLMEncoder:
         if self._lean is None:
             self._lean = _LeanBert.build(self.model, self.attention)
         if self._lean is False:
-            return self.model(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids)).last_hidden_state
+            out = self.model(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids))
+            return out.last_hidden_state
         return self._lean(ids, mask)
 
     def _encode_uncached(self, texts: list[str]) -> np.ndarray:
@@ -326,8 +330,8 @@ class _LeanBert:
     word + type, then + position; post-LN residual blocks). With ``attention="sdpa"`` the outputs
     equal transformers' SDPA path (tested, max abs difference 0 in bf16 on ALFWorld chunks); with
     ``"matmul"`` the attention is softmax(Q K^T / sqrt(d) + mask) V: the two products in the
-    model dtype, scale, mask and softmax in float32. Only for
-    plain ``nn.Linear`` models (fp32, bf16, fp16); the int8 model keeps transformers' forward.
+    model dtype, scale, mask and softmax in float32. Only for plain ``nn.Linear`` models (fp32,
+    bf16, fp16); the int8 model keeps transformers' forward.
     """
 
     def __init__(self, model: torch.nn.Module, attention: str) -> None:
@@ -364,8 +368,8 @@ class _LeanBert:
         if self.attention == "matmul":
             add = None
             if padded:
-                add = torch.zeros(mask.shape, dtype=torch.float32, device=x.device).masked_fill_(mask == 0, float("-inf"))
-                add = add[:, None, None, :]
+                add = torch.zeros(mask.shape, dtype=torch.float32, device=x.device)
+                add = add.masked_fill_(mask == 0, float("-inf"))[:, None, None, :]
         else:
             bool_mask = mask.bool()[:, None, None, :] if padded else None
         for w, b, o_dense, ln1, inter, act, out, ln2 in self.layers:
@@ -375,7 +379,7 @@ class _LeanBert:
                 # Scores from a GEMM in the model dtype; scale, mask and softmax in float32 (on this
                 # CPU bf16 element-wise kernels are several times slower than fp32 ones, and fp32
                 # keeps the softmax as exact as the fused kernel's).
-                a = torch.empty_like(q)
+                a = torch.empty(q.shape, dtype=q.dtype, device=q.device)
                 for i in range(B):  # one text at a time: its [H, T, T] scores stay in cache
                     s = torch.matmul(q[i], k[i].transpose(-1, -2)).float().mul_(q.shape[-1] ** -0.5)
                     if add is not None:
