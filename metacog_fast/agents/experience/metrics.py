@@ -24,6 +24,11 @@ def summarise(episodes: list[dict[str, Any]]) -> dict[str, Any]:
             "success_rate": sum(bool(e["won"]) for e in eps) / n,
             "mean_score": sum(float(e["score"]) for e in eps) / n,
             "subtask_success": (sum(e["subtasks_flagged"] for e in eps) / sub_total) if sub_total else 0.0,
+            "subtasks_accepted": sum(e["subtasks_flagged"] for e in eps),
+            "subtasks_attempted": sub_total,
+            "loop_hidden_turns_per_task": sum(e.get("loop_hidden_turns", 0) for e in eps) / n,
+            "subtask_command_turns_per_task": sum(e.get("grounding", {}).get("subtask_command_turns", 0)
+                                                  for e in eps) / n,
             "retries_per_task": sum(e["retries"] for e in eps) / n,
             "replans_per_task": sum(e["replans"] for e in eps) / n,
             "replans_changed_per_task": sum(e["replans_changed"] for e in eps) / n,
@@ -53,10 +58,14 @@ def plot_learning_curve(metrics: dict[str, Any], path: str) -> None:
     rows = metrics["rows"]
     mem = [r for r in rows if r["condition"] == "memory"]
     base = [r for r in rows if r["condition"] == "baseline"]
+    frozen = [r for r in rows if r["condition"] == "frozen"]
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
     for ax, key, label in ((axes[0], "success_rate", "success rate"), (axes[1], "subtask_success", "sub-task success")):
         if mem:
             ax.plot([r["iteration"] for r in mem], [r[key] for r in mem], "o-", label="with memory")
+        if frozen:
+            ax.plot([r["iteration"] for r in frozen], [r[key] for r in frozen], "s", color="tab:green",
+                    label="frozen memory (zero-shot)")
         if base:
             ax.axhline(base[0][key], color="gray", ls="--", label="no-memory baseline")
         ax.set_xlabel("iteration")
