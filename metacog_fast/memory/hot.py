@@ -210,4 +210,4 @@ class HotSet:
             labels, _ = self.index.knn_query(q, k=k, num_threads=query_threads(len(q)), filter=filt)
         except RuntimeError:
             return None
-        return self.table.rows_of(labels.astype(np.int64, copy=False))
+        return self.table.id_to_row[labels]  # labels are ids of records once added: always < len

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import threading
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Sequence
@@ -309,7 +310,7 @@ class MemoryStore:
             raise ValueError(f"weights: expected three finite non-negative (w_rec, w_rel, w_imp), got {weights!r}")
         if since is not None and not math.isfinite(float(since)):
             raise ValueError(f"since: expected a finite time in seconds, got {since!r}")
-        q = _normalise(_embeddings(queries, self.config.dim, "queries"))
+        q = _unit_queries(queries, self.config.dim, "queries")
         with self._lock.read():
             rows, scores = self._retrieve_rows(q, k, now, agent, kind, since, w, exact)
             with self._mutate:
@@ -339,7 +340,7 @@ class MemoryStore:
                 rows = t.filter_rows(*key)
                 return self._rerank(q, rows, k, now, w)
         with self._mutate:
-            hrows = t.rows_of(labels)  # [Q, kp]; -1 if forgotten meanwhile
+            hrows = t.id_to_row[labels]  # [Q, kp]; -1 if forgotten meanwhile (HNSW labels are ids < len)
             if c.fast_path == "hot":
                 cand = np.concatenate([hrows, self._hot_candidates(q, key, filt, now)], axis=1)
                 self.last_candidates = cand.shape[1]
@@ -550,15 +551,33 @@ class MemoryStore:
 
 
 # -------------------------------------------------------------------- input checks
-def _embeddings(x: Any, dim: int, name: str) -> np.ndarray:
-    try:
-        import torch
+def _as_array(x: Any) -> np.ndarray:
+    torch = sys.modules.get("torch")  # a tensor can only come from an imported torch
+    if torch is not None and isinstance(x, torch.Tensor):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
 
-        if isinstance(x, torch.Tensor):
-            x = x.detach().cpu().numpy()
-    except ImportError:  # pragma: no cover
-        pass
-    a = np.asarray(x)
+
+def _unit_queries(x: Any, dim: int, name: str) -> np.ndarray:
+    """Queries [Q, dim] (or [dim]) -> L2-normalised float32 [Q, dim]; one pass checks NaN/inf/zero
+    (the float64 squared norm is NaN or inf iff an element is, 0 iff the vector is)."""
+    a = _as_array(x)
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"{name}: expected a float array [N, {dim}], got dtype {a.dtype}")
+    if a.ndim == 1:
+        a = a[None, :]
+    if a.ndim != 2 or a.shape[1] != dim:
+        raise ValueError(f"{name}: expected shape [N, {dim}], got {list(np.shape(x))}")
+    sq = np.einsum("ij,ij->i", a, a, dtype=np.float64)
+    if not (np.isfinite(sq).all() and sq.all()):
+        a = _embeddings(a, dim, name)  # raises the precise error, else the squares overflowed
+        a = a / np.abs(a).max(axis=1, keepdims=True)
+        return _normalise(a)
+    return (a / np.sqrt(sq)[:, None]).astype(np.float32)
+
+
+def _embeddings(x: Any, dim: int, name: str) -> np.ndarray:
+    a = _as_array(x)
     if a.dtype.kind not in "fiu":
         raise TypeError(f"{name}: expected a float array [N, {dim}], got dtype {a.dtype}")
     if a.ndim == 1:
