@@ -200,3 +200,31 @@ def test_subtask_as_command_and_shortlist_restrict_the_options(env):
     assert rec.grounding["subtask_command_turns"] >= 1
     with pytest.raises(ValueError, match="action_shortlist"):
         ExperienceConfig(action_shortlist=-1)
+
+
+@pytest.mark.parametrize("breaking", [True, False])
+def test_a_fetched_guide_is_not_offered_again_in_the_subtask(env, breaking):
+    from metacog_fast.agents.experience import entries as en
+    from metacog_fast.agents.experience.memory import ExperienceMemory
+
+    mem = ExperienceMemory(ExperienceConfig())
+    mem.add_sop(en.SOP("alfworld", "find book", ["task type: pick_and_place_simple"], ["go to bed <n>"]))
+    mem.add_sop(en.SOP("alfworld", "clean the mug", [], ["clean mug <n> with sinkbasin <n>"]))
+
+    def act(prompt, options):
+        guides = [o for o in options if o.startswith("access_guide")]
+        return guides[0] if guides else "finish"
+
+    llm = Policy(plan="find the book => you see the book\ntake the book => you hold the book", act=act)
+    cfg = ExperienceConfig(episode_action_cap=6, subtask_action_cap=5, loop_breaking=breaking, action_shortlist=0,
+                           subtask_as_command=False, retry_without_procedural=False)
+    rec = PlanExecuteAgent(llm, "alfworld", mem, cfg, count_tokens=pr.approx_tokens).run_task(env, game=GAME)
+    first = rec.subtasks[0]["actions"]
+    if breaking:
+        # "find book" was auto-consulted, so only "clean the mug" is offered, once; then finish.
+        assert first[:2] == ["access_guide find book", "access_guide clean the mug"]
+        assert first.count("access_guide clean the mug") == 1 and rec.subtasks[0]["claimed"]
+        assert "access_guide find book" not in llm.offered[0]
+    else:
+        assert first[0] == "access_guide find book" and len(first) == 1 + 5  # auto fetch + 5 repeated fetches
+        assert not rec.subtasks[0]["claimed"]

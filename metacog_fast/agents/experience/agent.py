@@ -199,7 +199,13 @@ class PlanExecuteAgent:
             commands = direct or self.shortlist(st, commands)
             if direct:
                 self.grounded["subtask_command_turns"] = self.grounded.get("subtask_command_turns", 0) + 1
-            options = list(dict.fromkeys(commands + [f"{ACCESS_GUIDE} {k}" for k in sops] + [FINISH]))
+            guides = [f"{ACCESS_GUIDE} {k}" for k in sops]
+            if self.config.loop_breaking:
+                # A guide already in this sub-task's trajectory would return the same text again
+                # (first CL run: the 135M model spent whole sub-tasks on one access_guide, 20 times).
+                fetched = {s.action for s in steps if s.kind == "guide"}
+                guides = [g for g in guides if g not in fetched]
+            options = list(dict.fromkeys(commands + guides + [FINISH]))
             action = self.act(st, steps, sops, use_procedural, options)
             if action == FINISH:
                 res.claimed = True

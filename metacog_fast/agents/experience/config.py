@@ -43,7 +43,8 @@ class ExperienceConfig:
     LLM's likelihood ranking of the options, ``llm.choose``)."""
     loop_breaking: bool = True
     """Hide commands already executed since the last never-seen observation of the episode
-    (``grounding.LoopBreaker``): a command repeated with an unchanged observation is not re-offered."""
+    (``grounding.LoopBreaker``): a command repeated with an unchanged observation is not re-offered;
+    likewise an ``access_guide <skill>`` already fetched (or auto-consulted) in the current sub-task."""
     action_shortlist: int = 8
     """Offer the actor only this many env commands per turn: those nearest (embedder cosine) to the
     current sub-task's description and goal, after loop breaking; 0 offers all. SmolLM2-135M copies
