@@ -46,7 +46,8 @@ def _queries(data, n=40, seed=5):
     return q
 
 
-HOT = dict(hot_min=64, hot_fraction=0.02, hot_scan_max=0, hot_k=128, hot_pending_max=32)
+# Force the paths under test at this size: hot kNN (no scan of all hot rows), filtered HNSW (no exact scan).
+HOT = dict(hot_min=64, hot_fraction=0.02, hot_scan_max=0, hot_k=128, hot_pending_max=32, exact_filtered_below=0)
 
 
 def test_hot_path_recall_and_bounded_candidates(tmp_path, data):
@@ -142,3 +143,14 @@ def test_bad_hot_config(tmp_path):
         MemoryStore.open(tmp_path / "x.db", dim=D, fast_path="fast")
     with pytest.raises(ValueError, match="hot_fraction"):
         MemoryStore.open(tmp_path / "y.db", dim=D, hot_fraction=0.0)
+
+
+def test_filtered_queries_below_the_limit_are_exact(tmp_path, data):
+    q = _queries(data, 10, seed=21)
+    with _open(tmp_path / "flt.db", data) as s:  # defaults: one agent's ~4,000 records are scanned
+        for flt in [dict(agent="a2"), dict(kind="obs", since=NOW / 3)]:
+            fast = s.retrieve(q, 10, NOW, touch=False, **flt)
+            exact = s.retrieve(q, 10, NOW, touch=False, exact=True, **flt)
+            for (a, sa), (b, sb) in zip(fast, exact):
+                assert a.tolist() == b.tolist()
+                np.testing.assert_array_equal(sa, sb)

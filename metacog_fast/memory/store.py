@@ -327,7 +327,8 @@ class MemoryStore:
         key = (a_code, k_code, None if since is None else float(since))
         with self._mutate:
             n_match, match_rows, filt = self._filter(key, need_rows=exact)
-            if exact or n_match <= max(c.exact_below, kp):
+            limit = c.exact_below if key == (None, None, None) else max(c.exact_below, c.exact_filtered_below)
+            if exact or n_match <= max(limit, kp):
                 if match_rows is None:
                     match_rows = t.filter_rows(*key)
                 return self._rerank(q, match_rows, k, now, w)
