@@ -552,40 +552,34 @@ class MemoryStore:
 
 
 # -------------------------------------------------------------------- input checks
-def _as_array(x: Any) -> np.ndarray:
+def _matrix(x: Any, dim: int, name: str) -> np.ndarray:
+    """x (numpy-like or a torch tensor) [N, dim] or [dim] -> a numeric array [N, dim]."""
     torch = sys.modules.get("torch")  # a tensor can only come from an imported torch
     if torch is not None and isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
-    return np.asarray(x)
+    a = np.asarray(x)
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"{name}: expected a float array [N, {dim}], got dtype {a.dtype}")
+    if a.ndim == 1:
+        a = a[None, :]
+    if a.ndim != 2 or a.shape[1] != dim:
+        raise ValueError(f"{name}: expected shape [N, {dim}], got {list(np.shape(x))}")
+    return a
 
 
 def _unit_queries(x: Any, dim: int, name: str) -> np.ndarray:
     """Queries [Q, dim] (or [dim]) -> L2-normalised float32 [Q, dim]; one pass checks NaN/inf/zero
     (the float64 squared norm is NaN or inf iff an element is, 0 iff the vector is)."""
-    a = _as_array(x)
-    if a.dtype.kind not in "fiu":
-        raise TypeError(f"{name}: expected a float array [N, {dim}], got dtype {a.dtype}")
-    if a.ndim == 1:
-        a = a[None, :]
-    if a.ndim != 2 or a.shape[1] != dim:
-        raise ValueError(f"{name}: expected shape [N, {dim}], got {list(np.shape(x))}")
+    a = _matrix(x, dim, name)
     sq = np.einsum("ij,ij->i", a, a, dtype=np.float64)
     if not (np.isfinite(sq).all() and sq.all()):
         a = _embeddings(a, dim, name)  # raises the precise error, else the squares overflowed
-        a = a / np.abs(a).max(axis=1, keepdims=True)
-        return _normalise(a)
+        return _normalise(a / np.abs(a).max(axis=1, keepdims=True))
     return (a / np.sqrt(sq)[:, None]).astype(np.float32)
 
 
 def _embeddings(x: Any, dim: int, name: str) -> np.ndarray:
-    a = _as_array(x)
-    if a.dtype.kind not in "fiu":
-        raise TypeError(f"{name}: expected a float array [N, {dim}], got dtype {a.dtype}")
-    if a.ndim == 1:
-        a = a[None, :]
-    if a.ndim != 2 or a.shape[1] != dim:
-        raise ValueError(f"{name}: expected shape [N, {dim}], got {list(np.shape(x))}")
-    a = np.ascontiguousarray(a, np.float32)
+    a = np.ascontiguousarray(_matrix(x, dim, name), np.float32)
     if not np.isfinite(a).all():
         raise ValueError(f"{name}: contains NaN or inf")
     if (np.abs(a).max(axis=1) == 0).any():
