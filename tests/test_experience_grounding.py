@@ -47,9 +47,11 @@ class Policy:
     usage: _Usage = field(default_factory=_Usage)
     offered: list = field(default_factory=list)
     said: list = field(default_factory=list)
+    prompts: list = field(default_factory=list)
 
     def complete(self, prompt, max_tokens=64, stop=None, **kw):
         self.usage.calls += 1
+        self.prompts.append(prompt)
         if prompt.endswith(">") and self.say is not None:
             t = self.say(prompt)
             self.said.append(t)
@@ -58,6 +60,7 @@ class Policy:
 
     def generate_choice(self, prompt, options, **kw):
         self.usage.calls += 1
+        self.prompts.append(prompt)
         self.offered.append(list(options))
         c = self.act(prompt, options)
         assert c in options
@@ -228,3 +231,21 @@ def test_a_fetched_guide_is_not_offered_again_in_the_subtask(env, breaking):
     else:
         assert first[0] == "access_guide find book" and len(first) == 1 + 5  # auto fetch + 5 repeated fetches
         assert not rec.subtasks[0]["claimed"]
+
+
+@pytest.mark.parametrize("show", [True, False])
+def test_hidden_strategic_memory_is_in_no_prompt_and_not_counted(env, show):
+    from metacog_fast.agents.experience import entries as en
+    from metacog_fast.agents.experience.memory import ExperienceMemory
+
+    mem = ExperienceMemory(ExperienceConfig())
+    mem.add_strategic(en.StrategicEntry("a sub-task uses all its actions", "Check the goal before moving on."))
+    llm = Policy(act=lambda p, o: "finish")
+    cfg = ExperienceConfig(episode_action_cap=4, subtask_action_cap=2, show_strategic=show, learn=True)
+    PlanExecuteAgent(llm, "alfworld", mem, cfg, count_tokens=pr.approx_tokens).run_task(env, game=GAME)
+    lesson = "Check the goal before moving on."
+    acting = [p for p in llm.prompts if "Current sub-task:" in p]
+    planning = [p for p in llm.prompts if "Split the task" in p]
+    assert acting and planning and all((lesson in p) == show for p in acting + planning)
+    entry = next(s for s in mem.strategic if s.strategy == "Check the goal before moving on.")
+    assert entry.counts.uses == (1 if show else 0)

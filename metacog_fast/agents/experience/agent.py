@@ -162,7 +162,7 @@ class PlanExecuteAgent:
 
     # ------------------------------------------------------------- planning
     def plan(self) -> list[SubTask]:
-        strategic = [s.text() for s in self.memory.strategic] if self.memory else []
+        strategic = [s.text() for s in self.memory.strategic] if (self.memory and self.config.show_strategic) else []
         skills = [p.skill for p in self.memory.active_sops(self.env_name)] if self.memory else []
         prompt = pr.plan_prompt(self.task, self.last_obs, self.config.max_subtasks, strategic, skills)
         text = self.llm.complete(prompt, max_tokens=self.config.plan_max_tokens, stop=["\n\n"])[0].text
@@ -277,7 +277,7 @@ class PlanExecuteAgent:
         if options:
             head.append("Commands you can use now: " + ", ".join(options))
         optional = []
-        if self.memory is not None and self.memory.strategic:
+        if self.memory is not None and self.memory.strategic and self.config.show_strategic:
             optional.append(pr.strategic_section([s.text() for s in self.memory.strategic]))
         if sops:
             optional.append(pr.index_section(list(sops)))
@@ -301,7 +301,7 @@ class PlanExecuteAgent:
     def distill_task(self, results: list[SubTaskResult], prov: en.Provenance) -> None:
         mem = self.memory
         assert mem is not None
-        for s in mem.strategic:
+        for s in (mem.strategic if self.config.show_strategic else []):  # a use = shown during the task
             s.counts.record(self.won)
         for d in rf.dilemmas(results, self.won):
             rule = rf.clean_rule(self.llm.complete(pr.strategy_prompt(self.task, d),

@@ -35,6 +35,8 @@ def add_learn_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="commands offered per turn, nearest to the sub-task (0: all; ExperienceConfig.action_shortlist)")
     p.add_argument("--no-subtask-commands", action="store_true",
                    help="do not offer only the commands that spell out the sub-task (ExperienceConfig.subtask_as_command)")
+    p.add_argument("--hide-strategic", action="store_true",
+                   help="ablation: keep distilling strategic memory but show it in no prompt (ExperienceConfig.show_strategic)")
     p.add_argument("--no-loop-breaking", action="store_true",
                    help="offer commands repeated with an unchanged observation again (ExperienceConfig.loop_breaking)")
     p.set_defaults(func=run_learn)
@@ -85,7 +87,8 @@ def run_learn(args: argparse.Namespace) -> int:
                             embedder=args.embedder, memory_in=args.memory_in, out=args.out)
     exp = ExperienceConfig(episode_action_cap=args.episode_actions, subtask_action_cap=args.subtask_actions,
                            action_grounding=args.grounding, loop_breaking=not args.no_loop_breaking,
-                           action_shortlist=args.shortlist, subtask_as_command=not args.no_subtask_commands)
+                           action_shortlist=args.shortlist, subtask_as_command=not args.no_subtask_commands,
+                           show_strategic=not args.hide_strategic)
     if args.protocol == "continuous":
         m = pt.continuous_learning(cfg, exp)
     else:

@@ -36,6 +36,9 @@ class ExperienceConfig:
     """False: the no-memory baseline (nothing read, nothing written)."""
     learn: bool = True
     """False: memory is read but frozen (transfer / cross-model protocols)."""
+    show_strategic: bool = True
+    """False (ablation): strategic principles are still distilled and stored, but not put into any
+    prompt (and so not counted as used); procedural and tool memory work as usual."""
     action_grounding: str = "choice"
     """How the actor's turn becomes an admissible command (``grounding.py``): "choice" (decoding
     constrained to exactly one option, ``llm.generate_choice``), "embed" (free text, then exact
