@@ -9,7 +9,7 @@ from metacog_fast.metrics.outcomes import (
     success_rate,
     tasks_solved,
 )
-from metacog_fast.metrics.plots import plot_task_bars, plot_type2_roc
+from metacog_fast.metrics.plots import plot_task_bars, plot_type2_roc, plot_type2_roc_curves
 from metacog_fast.metrics.type2 import auroc2, average_ranks, metacognitive_accuracy, type2_roc
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "metacognitive_accuracy",
     "plot_task_bars",
     "plot_type2_roc",
+    "plot_type2_roc_curves",
     "quantile_labels",
     "success_rate",
     "tasks_solved",

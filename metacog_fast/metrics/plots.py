@@ -32,17 +32,27 @@ def _figure() -> tuple[Any, Any]:
 
 def plot_type2_roc(signal: Any, outcome: Any, path: str | os.PathLike, title: str = "Type-2 ROC") -> Path:
     """Type-2 ROC curve of ``signal`` [N] against binary ``outcome`` [N], AUROC2 in the legend."""
-    fpr, tpr, _ = type2_roc(signal, outcome)
-    auc = auroc2(signal, outcome)
+    return plot_type2_roc_curves({"": (signal, outcome)}, path, title)
+
+
+def plot_type2_roc_curves(curves: Mapping[str, tuple[Any, Any]], path: str | os.PathLike,
+                          title: str = "Type-2 ROC") -> Path:
+    """Several Type-2 ROC curves in one figure: ``{name: (signal [R], outcome [R])}``, AUROC2 of
+    each in the legend."""
+    if not curves:
+        raise ValueError("curves: expected at least one (signal, outcome) pair, got an empty mapping")
     fig, ax = _figure()
-    ax.plot(fpr, tpr, lw=2, label=f"AUROC2 = {auc:.3f}")
+    for name, (signal, outcome) in curves.items():
+        fpr, tpr, _ = type2_roc(signal, outcome)
+        label = f"AUROC2 = {auroc2(signal, outcome):.3f}"
+        ax.plot(fpr, tpr, lw=2, label=f"{name}: {label}" if name else label)
     ax.plot([0, 1], [0, 1], ls="--", c="grey", lw=1, label="chance")
     ax.set_xlabel("false positive rate (failures judged successes)")
     ax.set_ylabel("true positive rate")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1.01)
     ax.set_title(title)
-    ax.legend(loc="lower right")
+    ax.legend(loc="lower right", fontsize=8 if len(curves) > 1 else None)
     return _save_atomic(fig, path)
 
 

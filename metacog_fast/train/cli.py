@@ -145,7 +145,8 @@ def run_assess(args: argparse.Namespace) -> dict[str, Any]:
     """The SA head of each ``--checkpoint`` on the same scripted episodes of ``--tasks`` (same seed:
     same layouts and actions); writes ``--out`` = {"checkpoints": {name: result}} and ``--roc``."""
     from metacog_fast.train.checkpoint import atomic_write_json, read_config
-    from metacog_fast.train.report import assess_on_scripted, plot_type2_roc_curves
+    from metacog_fast.metrics import plot_type2_roc_curves
+    from metacog_fast.train.report import assess_on_scripted
     from metacog_fast.train.runner import set_threads
 
     set_threads(args.threads)

@@ -283,34 +283,3 @@ def assess_on_scripted(stem: str | Path, tasks: tuple[str, ...], episodes_per_ta
     return res
 
 
-def plot_type2_roc_curves(curves: Mapping[str, tuple[Any, Any]], path: str | os.PathLike,
-                          title: str = "Type-2 ROC") -> Path:
-    """Several Type-2 ROC curves in one figure: ``{name: (signal [R], outcome [R])}``, AUROC2 of
-    each in the legend."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    from matplotlib.figure import Figure
-
-    from metacog_fast._atomic import atomic_tmp_path
-    from metacog_fast.metrics import type2_roc
-
-    if not curves:
-        raise ValueError("curves: expected at least one (signal, outcome) pair, got an empty mapping")
-    fig = Figure(figsize=(4.8, 4.2))
-    ax = fig.add_subplot(1, 1, 1)
-    for name, (signal, outcome) in curves.items():
-        fpr, tpr, _ = type2_roc(signal, outcome)
-        ax.plot(fpr, tpr, lw=2, label=f"{name}: AUROC2 = {auroc2(signal, outcome):.3f}")
-    ax.plot([0, 1], [0, 1], ls="--", c="grey", lw=1, label="chance")
-    ax.set_xlabel("false positive rate (failures judged successes)")
-    ax.set_ylabel("true positive rate")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1.01)
-    ax.set_title(title)
-    ax.legend(loc="lower right", fontsize=8)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_tmp_path(out, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-    return out
