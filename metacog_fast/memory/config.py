@@ -27,6 +27,11 @@ class MemoryConfig:
     """Candidates of the approximate path: "hot" (HNSW top-k' + the ``hot_k`` nearest records of
     the hot set, a bounded count; recall measured) or "bound" (HNSW top-k' + every recent/important
     record that could still reach the top-k: recall 1.0 up to HNSW's own, cost grows with the store)."""
+    hot_main_k: int = 32
+    """fast_path "hot", when w_rel <= w_rec + w_imp: main-index HNSW candidates per query (at least k)."""
+    hot_main_ef: int = 40
+    """fast_path "hot", when w_rel <= w_rec + w_imp: main-index beam width (at least the candidate
+    count). Otherwise (relevance dominates the score) and on the "bound" path ``ef`` applies."""
     hot_fraction: float = 0.02
     """Hot set size as a fraction of the live records (records with the highest recency + importance)."""
     hot_min: int = 1024
@@ -81,6 +86,8 @@ class MemoryConfig:
             raise ValueError("hot_fraction: expected (0, 1]; hot_min, hot_k: expected >= 1; hot_scan_max, hot_top: >= 0")
         if self.exact_below < 0 or self.exact_filtered_below < 0:
             raise ValueError("exact_below, exact_filtered_below: expected >= 0 records")
+        if self.hot_main_k < 1 or self.hot_main_ef < 1:
+            raise ValueError("hot_main_k, hot_main_ef: expected >= 1")
         if self.hot_pending_max < 1 or not (self.hot_rebuild_after > 0) or self.hot_ef_construction < 1:
             raise ValueError("hot_pending_max, hot_ef_construction: expected >= 1; hot_rebuild_after: > 0 seconds")
         if self.synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
