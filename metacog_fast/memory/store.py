@@ -379,7 +379,6 @@ class MemoryStore:
         hot, c = self._hot, self.config
         if hot.needs_rebuild(now):
             hot.rebuild(now)
-        a_code, k_code, since = key
         if key == (None, None, None):
             n_hot, rows = hot.size, None
         else:
@@ -391,6 +390,7 @@ class MemoryStore:
             return np.broadcast_to(rows, (len(q), len(rows)))
         near = hot.knn_rows(q, c.hot_k, filt)
         if near is None:  # hnswlib could not fill k under the filter: take them all
+            rows = hot.rows() if rows is None else rows
             return np.broadcast_to(rows, (len(q), len(rows)))
         shared = self._hot_shared(key)
         return np.concatenate([near, np.broadcast_to(shared, (len(q), len(shared)))], axis=1)
@@ -403,21 +403,14 @@ class MemoryStore:
         hit = self._mask_cache.get(ck)
         if hit is not None and hit[0] == (self._gen, hot.version):
             return hit[2]
-        a_code, k_code, since = key
         pend = hot.pending_rows()
         if key == (None, None, None):
             top = hot.top_static(c.hot_top)
         else:
             top = hot.by_static
             top = top[hot.member[top]]
-            ok = self._passes(top, k_code, since)
-            if a_code is not None:
-                ok &= self._table.agent[top] == a_code
-            top = top[ok][: c.hot_top]
-            ok = self._passes(pend, k_code, since)
-            if a_code is not None:
-                ok &= self._table.agent[pend] == a_code
-            pend = pend[ok]
+            top = top[self._passes_key(top, key)][: c.hot_top]
+            pend = pend[self._passes_key(pend, key)]
         rows = np.concatenate([top, pend])
         if len(self._mask_cache) > 64:
             self._mask_cache.clear()
@@ -426,17 +419,13 @@ class MemoryStore:
 
     def _hot_filtered(self, key: tuple) -> np.ndarray:
         """Hot rows [S'] passing the filter ``key`` (cached per hot-set version and filter)."""
-        hot, t = self._hot, self._table
+        hot = self._hot
         ck = ("hot",) + key
         hit = self._mask_cache.get(ck)
         if hit is not None and hit[0] == (self._gen, hot.version):
             return hit[2]
         rows = hot.rows()
-        a_code, k_code, since = key
-        ok = self._passes(rows, k_code, since)
-        if a_code is not None:
-            ok &= t.agent[rows] == a_code
-        rows = rows[ok]
+        rows = rows[self._passes_key(rows, key)]
         if len(self._mask_cache) > 64:
             self._mask_cache.clear()
         self._mask_cache[ck] = ((self._gen, hot.version), len(rows), rows, None)
@@ -462,6 +451,13 @@ class MemoryStore:
             ok &= t.kind[rows] == k_code
         if since is not None:
             ok &= t.created[rows] >= since
+        return ok
+
+    def _passes_key(self, rows: np.ndarray, key: tuple) -> np.ndarray:
+        """[N] bool: ``rows`` that pass the whole filter ``key`` = (agent code, kind code, since)."""
+        ok = self._passes(rows, key[1], key[2])
+        if key[0] is not None:
+            ok &= self._table.agent[rows] == key[0]
         return ok
 
     def _filter(self, key: tuple, need_rows: bool) -> tuple[int, np.ndarray | None, Callable[[int], bool] | None]:
