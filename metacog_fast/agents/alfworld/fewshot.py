@@ -16,15 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from metacog_fast.agents.alfworld.store import write_json_atomic
+from metacog_fast.envs.alfworld_env import TASK_TYPES
 
-TASK_TYPES = (
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-)
 
 _OBJ = r"(?P<obj>[a-z]+(?: [a-z]+)*?) \d+"
 _TAKE = re.compile(r"^take (?P<obj>.+?) \d+ from (?P<rec>.+?) \d+$")

@@ -78,6 +78,25 @@ def parse_tasks(spec: str) -> list[int]:
 
 
 # ------------------------------------------------------------------ gold paths
+def walk_gold(env: Any, variation: int) -> list[GoldExample]:
+    """Reset ``env`` to ``variation`` and follow its gold path, recording each state whose gold
+    action is admissible."""
+    obs, info = env.reset(variation=variation)
+    out: list[GoldExample] = []
+    executed: dict[str, int] = {}
+    last = ""
+    for a in env.gold_path:
+        valid = list(info["admissible"])
+        if a in valid:
+            out.append(GoldExample(info["task"], obs, last, valid, dict(executed), a))
+        obs, _r, done, info = env.step(a)
+        executed[a] = executed.get(a, 0) + 1
+        last = a
+        if done:
+            break
+    return out
+
+
 def collect_gold(task: int, n_variations: int, step_limit: int = 200) -> list[GoldExample]:
     """Walk the gold paths of the first ``n_variations`` train variations, recording each state."""
     from metacog_fast.envs import make_env
@@ -86,18 +105,7 @@ def collect_gold(task: int, n_variations: int, step_limit: int = 200) -> list[Go
     out: list[GoldExample] = []
     try:
         for v in env.variations[:n_variations]:
-            obs, info = env.reset(variation=v)
-            executed: dict[str, int] = {}
-            last = ""
-            for a in env.gold_path:
-                valid = list(info["admissible"])
-                if a in valid:
-                    out.append(GoldExample(info["task"], obs, last, valid, dict(executed), a))
-                obs, _r, done, info = env.step(a)
-                executed[a] = executed.get(a, 0) + 1
-                last = a
-                if done:
-                    break
+            out.extend(walk_gold(env, v))
     finally:
         env.close()
     return out

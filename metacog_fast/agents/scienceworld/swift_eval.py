@@ -13,6 +13,7 @@ from metacog_fast.agents.scienceworld.swift import GoldExample, LLMSwift, Ranker
 
 def heldout_gold(tasks: list[int], skip: int = 1) -> list[GoldExample]:
     """Gold steps of train variation number ``skip`` of each task (not used for training)."""
+    from metacog_fast.agents.scienceworld.runner import walk_gold
     from metacog_fast.envs import make_env
 
     out: list[GoldExample] = []
@@ -20,18 +21,7 @@ def heldout_gold(tasks: list[int], skip: int = 1) -> list[GoldExample]:
         env = make_env("scienceworld", task=task, split="train", step_limit=200)
         try:
             vs = env.variations
-            v = vs[skip % len(vs)]
-            obs, info = env.reset(variation=v)
-            executed: dict[str, int] = {}
-            last = ""
-            for a in env.gold_path:
-                if a in info["admissible"]:
-                    out.append(GoldExample(info["task"], obs, last, list(info["admissible"]), dict(executed), a))
-                obs, _r, done, info = env.step(a)
-                executed[a] = executed.get(a, 0) + 1
-                last = a
-                if done:
-                    break
+            out.extend(walk_gold(env, vs[skip % len(vs)]))
         finally:
             env.close()
     return out
