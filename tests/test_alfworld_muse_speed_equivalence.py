@@ -150,4 +150,6 @@ def test_attention_option_validated():
         MiniLMEncoder(EncoderConfig(attention="flash"))
     int8 = MiniLMEncoder(EncoderConfig(precision="int8"))
     int8.encode(["> look"], use_cache=False)
-    assert int8._lean is False and int8.attention == "sdpa"  # quantised modules: transformers' forward
+    from metacog_fast.scoring.int8_bert import Int8Bert
+
+    assert isinstance(int8._lean, Int8Bert)  # int8 runs its own forward and attention

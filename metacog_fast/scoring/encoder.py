@@ -11,12 +11,13 @@ Fast path (:meth:`MiniLMEncoder.encode`):
   model's own ``max_seq_length``, so nothing is cut that the reference keeps),
   sorted by token length and run in buckets of ``batch_size`` similar lengths,
   so padding is small;
-- the transformer runs in reduced precision: on the CPU ``"int8"`` (torch dynamic
-  quantisation of the ``nn.Linear`` layers except the 6 FFN output projections,
-  per-output-channel weight scales, activations quantised per batch) or ``"bf16"`` (weights and activations in
-  bfloat16, oneDNN AVX512-BF16 kernels); ``precision="auto"`` picks bf16 when the
-  CPU has AVX512-BF16 (measured faster *and* closer to fp32 than int8 on the dev
-  machine, see docs/scoring.md), int8 otherwise, and fp16 on a GPU;
+- the transformer runs in reduced precision: on the CPU ``"int8"`` (W8A8: every GEMM int8 x int8
+  -> int32 through ``torch._int_mm``, weights quantised per output channel, activations per token;
+  the element-wise steps and the attention are compiled kernels, :mod:`metacog_fast.scoring.int8_bert`)
+  or ``"bf16"`` (weights and activations in bfloat16, oneDNN AVX512-BF16 kernels);
+  ``precision="auto"`` picks int8 on a CPU with int8 dot products (VNNI) when the compiled core is
+  built (ΔAUROC of M_sa -0.002, ~1.7-1.9x faster than bf16), else bf16 with AVX512-BF16, and fp16
+  on a GPU (:func:`auto_cpu_precision`, docs/scoring.md);
 - the model runs through a lean copy of BertModel's forward (fused Q/K/V GEMM, none of
   transformers' per-call plumbing); its attention is ``EncoderConfig.attention`` ("auto": bf16
   GEMMs with an fp32 softmax on the CPU in bf16, torch SDPA otherwise);
@@ -33,15 +34,17 @@ from __future__ import annotations
 import copy
 import os
 import threading
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
 
 from metacog_fast.kernels.scoring import mean_pool_l2norm
+
+if TYPE_CHECKING:
+    from metacog_fast.scoring.int8_bert import Int8Bert
 
 EMB_DIM = 384
 PRECISIONS = ("auto", "fp32", "int8", "fp16", "bf16")
@@ -57,8 +60,10 @@ class EncoderConfig:
     device: str = "cpu"
     """"cpu", "cuda" or "auto" (cuda when available)."""
     precision: str = "auto"
-    """"fp32", "int8" (CPU only), "fp16" (GPU), "bf16" (CPU with AVX512-BF16, or GPU), or
-    "auto": fp16 on GPU; on CPU bf16 when the CPU has AVX512-BF16, else int8."""
+    """"fp32", "int8" (CPU only: W8A8, the fastest on a CPU with VNNI, embeddings at cosine ~0.999
+    to fp32), "fp16" (GPU), "bf16" (CPU with AVX512-BF16, or GPU; cosine ~0.99996), or "auto":
+    fp16 on GPU; on CPU :func:`auto_cpu_precision` (int8 with VNNI and the compiled core, else bf16
+    with AVX512-BF16, else int8 / fp32)."""
     max_length: int = 256
     """Truncation length in word pieces (MiniLM's max_seq_length)."""
     batch_size: int = 64
@@ -70,7 +75,7 @@ class EncoderConfig:
     pool_backend: str = "auto"
     """Backend of the fused mean-pool + L2 kernel."""
     attention: str = "auto"
-    """Self-attention of the (non-int8) model: "sdpa" (torch's fused kernel, as transformers runs
+    """Self-attention of the fp32/bf16/fp16 model (int8 has its own compiled attention): "sdpa" (torch's fused kernel, as transformers runs
     it), "matmul" (QK^T and PV as batched GEMMs in the model dtype, softmax in float32), or "auto":
     "matmul" for bf16 on the CPU (torch's CPU flash kernel is ~2.5x slower at MiniLM's head size 32;
     embeddings as close to fp32 as with it, docs/alfworld_agents.md), "sdpa" otherwise."""
@@ -88,29 +93,41 @@ def default_model_path() -> str:
     return str(path)
 
 
-def cpu_has_bf16() -> bool:
-    """Whether this CPU has native bfloat16 dot products (AVX512-BF16 or AMX-BF16)."""
+def _cpu_flags() -> set[str]:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return "avx512_bf16" in flags or "amx_bf16" in flags
+                    return set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return False
+    return set()
 
 
-def int8_layer_names(model: torch.nn.Module) -> list[str]:
-    """The nn.Linear layers the int8 path quantises: all but the FFN output projections
-    (``encoder.layer.<i>.output.dense``)."""
-    names = []
-    for name, mod in model.named_modules():
-        if isinstance(mod, torch.nn.Linear):
-            ffn_out = name.endswith("output.dense") and "attention" not in name
-            if not ffn_out:
-                names.append(name)
-    return names
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has native bfloat16 dot products (AVX512-BF16 or AMX-BF16)."""
+    flags = _cpu_flags()
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def cpu_has_vnni() -> bool:
+    """Whether this CPU has int8 dot products (AVX512-VNNI, AVX-VNNI or AMX-INT8)."""
+    flags = _cpu_flags()
+    return bool(flags & {"avx512_vnni", "avx512vnni", "avx_vnni", "amx_int8"})
+
+
+def auto_cpu_precision() -> str:
+    """``precision="auto"`` on a CPU: the fastest path within the accuracy bar (AUROC of M_sa within
+    0.01 of fp32, docs/scoring.md): int8 with the compiled core on a CPU with int8 dot products;
+    else bf16 with AVX512-BF16; else int8 with the compiled core; else fp32."""
+    from metacog_fast._backend import _import_core
+
+    core = _import_core() is not None
+    if core and cpu_has_vnni():
+        return "int8"
+    if cpu_has_bf16():
+        return "bf16"
+    return "int8" if core else "fp32"
 
 
 def check_texts(texts: Sequence[str], name: str = "texts") -> list[str]:
@@ -203,9 +220,9 @@ class MiniLMEncoder:
         self.max_length = min(int(cfg.max_length), int(self.st.max_seq_length or cfg.max_length))
         prec = cfg.precision
         if prec == "auto":
-            prec = "fp16" if self.device.type == "cuda" else ("bf16" if cpu_has_bf16() else "int8")
+            prec = "fp16" if self.device.type == "cuda" else auto_cpu_precision()
         if prec == "int8" and self.device.type != "cpu":
-            raise ValueError("precision: 'int8' (dynamic quantisation) runs on the CPU only; use fp16/bf16 on GPU")
+            raise ValueError("precision: 'int8' (compiled CPU kernels) runs on the CPU only; use fp16/bf16 on GPU")
         if prec == "fp16" and self.device.type == "cpu":
             raise ValueError("precision: 'fp16' is for GPU; use 'int8', 'bf16' or 'fp32' on the CPU")
         self.precision = prec
@@ -215,7 +232,8 @@ class MiniLMEncoder:
         self.attention = cfg.attention
         if self.attention == "auto":
             self.attention = "matmul" if (prec == "bf16" and self.device.type == "cpu") else "sdpa"
-        self._lean: "_LeanBert | bool | None" = None  # built on first use; False: transformers' forward
+        # Built on first use: _LeanBert (fp32/bf16/fp16) or Int8Bert; False: transformers' forward.
+        self._lean: "_LeanBert | Int8Bert | bool | None" = None
         self.cache = LRUCache(cfg.cache_size)
         self.task_cache = LRUCache(cfg.task_cache_size)
 
@@ -224,17 +242,7 @@ class MiniLMEncoder:
         if precision == "fp32":
             model = base if self.device.type == "cpu" else copy.deepcopy(base).to(self.device)
         elif precision == "int8":
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # torch.ao's deprecation notice for quantize_dynamic
-                from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-                # Per-channel weight scales (mean cosine to fp32 0.983 vs 0.939 per-tensor).
-                # The FFN output projections (GELU activations -> hidden, 1536 -> 384) stay
-                # fp32: their inputs carry outlier channels that a per-tensor activation
-                # scale crushes; keeping these 6 of 37 layers fp32 lifts the mean cosine
-                # to 0.993 and keeps AUROC within 0.01 (docs/scoring.md).
-                spec = {name: per_channel_dynamic_qconfig for name in int8_layer_names(base)}
-                model = quantize_dynamic(copy.deepcopy(base), spec)
+            model = base  # the fp32 weights; Int8Bert quantises its own copy on first use
         else:
             dtype = torch.float16 if precision == "fp16" else torch.bfloat16
             model = copy.deepcopy(base).to(device=self.device, dtype=dtype)
@@ -290,7 +298,12 @@ class MiniLMEncoder:
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Token states [B, T, 384] of ids [B, T] with attention mask [B, T] (1 = real token)."""
         if self._lean is None:
-            self._lean = _LeanBert.build(self.model, self.attention)
+            if self.precision == "int8":
+                from metacog_fast.scoring.int8_bert import Int8Bert
+
+                self._lean = Int8Bert(self.model)
+            else:
+                self._lean = _LeanBert.build(self.model, self.attention)
         if self._lean is False:
             out = self.model(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids))
             return out.last_hidden_state
@@ -331,7 +344,7 @@ class _LeanBert:
     equal transformers' SDPA path (tested, max abs difference 0 in bf16 on ALFWorld chunks); with
     ``"matmul"`` the attention is softmax(Q K^T / sqrt(d) + mask) V: the two products in the
     model dtype, scale, mask and softmax in float32. Only for plain ``nn.Linear`` models (fp32,
-    bf16, fp16); the int8 model keeps transformers' forward.
+    bf16, fp16); int8 runs :class:`~metacog_fast.scoring.int8_bert.Int8Bert` instead.
     """
 
     def __init__(self, model: torch.nn.Module, attention: str) -> None:

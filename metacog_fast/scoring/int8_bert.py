@@ -1,0 +1,133 @@
+"""MiniLM's BertModel forward with int8 GEMMs (W8A8): ``EncoderConfig(precision="int8")``.
+
+Every ``nn.Linear`` of the 6 layers (Q/K/V fused, attention output, FFN in, FFN out) runs as an
+int8 x int8 -> int32 GEMM (``torch._int_mm``: oneDNN, AVX512-VNNI where the CPU has it); weights
+are quantised once per output channel (symmetric), activations per token (asymmetric, the whole
+int8 range). Between two GEMMs the activations stay float32 and every element-wise step (dequantise,
+bias, GELU, residual + LayerNorm, quantise, attention with a float32 softmax) is one pass of the
+kernels in :mod:`metacog_fast.kernels.encoder`. Embeddings and their LayerNorm are float32 torch.
+
+Accuracy against the fp32 model on 300 ALFWorld MUSE chunk texts: mean cosine of the pooled
+embeddings 0.9991 (bf16: 0.99996), see docs/scoring.md. Speed: the GEMMs are ~2x bf16's on an
+AVX512-VNNI core (bench/bench_alfworld_agents.py).
+"""
+from __future__ import annotations
+
+import torch
+
+from metacog_fast._backend import _import_core
+from metacog_fast.kernels.reference import encoder as ref
+
+
+class Int8Bert:
+    """Callable ``(ids [B, T] int64, mask [B, T]) -> token states [B, T, hidden] float32``.
+
+    ``mask`` must be a prefix mask (1 for the first ``lengths[b]`` tokens, then 0), as a
+    tokenizer's right padding gives. ``backend``: "auto" (compiled core when built), "cpu", "torch"."""
+
+    def __init__(self, model: torch.nn.Module, backend: str = "auto") -> None:
+        cfg = model.config
+        if getattr(cfg, "position_embedding_type", "absolute") != "absolute":
+            raise ValueError("model: the int8 forward supports absolute position embeddings only")
+        if backend not in ("auto", "cpu", "torch"):
+            raise ValueError(f"backend: expected 'auto', 'cpu' or 'torch', got {backend!r}")
+        core = _import_core()
+        if backend == "cpu" and core is None:
+            from metacog_fast._backend import core as require_core
+
+            require_core()
+        self._core = core if backend in ("auto", "cpu") else None
+        emb = model.embeddings
+        self.word = emb.word_embeddings.weight.detach().float()
+        self.type0 = emb.token_type_embeddings.weight[0].detach().float()
+        self.pos = emb.position_embeddings.weight.detach().float()
+        self.ln0 = (emb.LayerNorm.weight.detach().float(), emb.LayerNorm.bias.detach().float(), float(emb.LayerNorm.eps))
+        self.heads = int(cfg.num_attention_heads)
+        self.hidden = int(cfg.hidden_size)
+        self.layers = []
+        for layer in model.encoder.layer:
+            sa = layer.attention.self
+            qkv_w = torch.cat([sa.query.weight, sa.key.weight, sa.value.weight])
+            qkv_b = torch.cat([sa.query.bias, sa.key.bias, sa.value.bias])
+            ln1, ln2 = layer.attention.output.LayerNorm, layer.output.LayerNorm
+            self.layers.append({
+                "qkv": self._linear(qkv_w, qkv_b),
+                "o": self._linear(layer.attention.output.dense.weight, layer.attention.output.dense.bias),
+                "ln1": (ln1.weight.detach().float().contiguous(), ln1.bias.detach().float().contiguous(), float(ln1.eps)),
+                "ffn_in": self._linear(layer.intermediate.dense.weight, layer.intermediate.dense.bias),
+                "ffn_out": self._linear(layer.output.dense.weight, layer.output.dense.bias),
+                "ln2": (ln2.weight.detach().float().contiguous(), ln2.bias.detach().float().contiguous(), float(ln2.eps)),
+            })
+
+    @staticmethod
+    def _linear(w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        wq_t, w_scale, w_colsum = ref.quantize_weight(w)
+        return wq_t, w_scale.contiguous(), w_colsum.contiguous(), b.detach().float().contiguous()
+
+    # -- the element-wise steps: the compiled kernels, or the torch reference --------------------
+    def _quantize(self, x: torch.Tensor):
+        if self._core is None:
+            return ref.quantize_rows(x)
+        q, s, z = self._core.enc_quantize_rows(x.numpy())
+        return torch.from_numpy(q), torch.from_numpy(s), torch.from_numpy(z)
+
+    def _dequantize(self, acc, quant, lin):
+        _, s, z = quant
+        _, ws, cs, b = lin
+        if self._core is None:
+            return ref.dequantize_rows(acc, s, z, ws, cs, b)
+        return torch.from_numpy(self._core.enc_dequantize_rows(acc.numpy(), s.numpy(), z.numpy(), ws.numpy(),
+                                                               cs.numpy(), b.numpy(), False))
+
+    def _dequantize_gelu_quantize(self, acc, quant, lin):
+        _, s, z = quant
+        _, ws, cs, b = lin
+        if self._core is None:
+            return ref.dequantize_gelu_quantize(acc, s, z, ws, cs, b)
+        q, s2, z2 = self._core.enc_dequantize_gelu_quantize(acc.numpy(), s.numpy(), z.numpy(), ws.numpy(),
+                                                            cs.numpy(), b.numpy())
+        return torch.from_numpy(q), torch.from_numpy(s2), torch.from_numpy(z2)
+
+    def _dequantize_add_layernorm(self, acc, quant, lin, x, ln):
+        _, s, z = quant
+        _, ws, cs, b = lin
+        gamma, beta, eps = ln
+        if self._core is None:
+            y, out = ref.dequantize_add_layernorm(acc, s, z, ws, cs, b, x, gamma, beta, eps)
+            x.copy_(y)
+            return out
+        q, s2, z2 = self._core.enc_dequantize_add_layernorm(acc.numpy(), s.numpy(), z.numpy(), ws.numpy(), cs.numpy(),
+                                                            b.numpy(), x.numpy(), gamma.numpy(), beta.numpy(), eps)
+        return torch.from_numpy(q), torch.from_numpy(s2), torch.from_numpy(z2)
+
+    def _attention(self, qkv: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        if self._core is None:
+            return ref.attention(qkv, lengths, self.heads)
+        return torch.from_numpy(self._core.enc_attention(qkv.numpy(), lengths.numpy(), self.heads))
+
+    # -- forward ----------------------------------------------------------------------------------
+    def __call__(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if ids.dim() != 2 or tuple(mask.shape) != tuple(ids.shape):
+            raise ValueError(f"ids/mask: expected two [B, T] tensors of one shape, got {list(ids.shape)} and "
+                             f"{list(mask.shape)}")
+        B, T = ids.shape
+        if T > self.pos.shape[0]:
+            raise ValueError(f"ids: {T} tokens exceed the model's {self.pos.shape[0]} positions")
+        lengths = mask.to(torch.int64).sum(dim=1).contiguous()
+        prefix = torch.arange(T)[None, :] < lengths[:, None]
+        if not bool((prefix == mask.bool()).all()) or bool((lengths < 1).any()):
+            raise ValueError("mask: expected a right-padded prefix mask with at least one real token per row")
+        with torch.inference_mode():
+            x = self.word[ids] + self.type0
+            x = torch.nn.functional.layer_norm(x + self.pos[:T], (self.hidden,), *self.ln0)
+            x = x.reshape(B * T, self.hidden).contiguous()
+            quant = self._quantize(x)
+            for L in self.layers:
+                qkv = self._dequantize(torch._int_mm(quant[0], L["qkv"][0]), quant, L["qkv"])
+                a = self._attention(qkv.view(B, T, -1), lengths).view(B * T, self.hidden)
+                qa = self._quantize(a)
+                quant = self._dequantize_add_layernorm(torch._int_mm(qa[0], L["o"][0]), qa, L["o"], x, L["ln1"])
+                qh = self._dequantize_gelu_quantize(torch._int_mm(quant[0], L["ffn_in"][0]), quant, L["ffn_in"])
+                quant = self._dequantize_add_layernorm(torch._int_mm(qh[0], L["ffn_out"][0]), qh, L["ffn_out"], x,
+                                                       L["ln2"])
+            return x.view(B, T, self.hidden)
