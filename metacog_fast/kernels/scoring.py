@@ -211,15 +211,18 @@ def score_trajectories(task_emb: ArrayLike, traj_emb: ArrayLike, head: Mapping[s
     return p.detach().numpy() if as_numpy else p
 
 
-def mean_pool_l2norm(token_emb: ArrayLike, mask: ArrayLike, backend: str = "auto") -> ArrayLike:
+def mean_pool_l2norm(token_emb: ArrayLike, mask: ArrayLike, backend: str = "auto",
+                     check_finite: bool = True) -> ArrayLike:
     """Fused masked mean pooling + L2 normalisation: token_emb [B, T, D], mask [B, T] -> [B, D].
 
     ``mask`` may be integer/bool (a tokenizer's attention mask) or float. Rows
     whose mask is all zero give zeros (the mask sum is clamped to 1e-9 and the
     norm to 1e-12, as sentence-transformers does). Returns numpy for numpy input.
+    ``check_finite=False`` skips the NaN/inf scans (for callers whose inputs come from
+    a model they run themselves, e.g. the encoder; shapes and dtypes are still checked).
     """
     as_numpy = isinstance(token_emb, np.ndarray)
-    x = _as_float_tensor(token_emb, "token_emb", 3)
+    x = _as_float_tensor(token_emb, "token_emb", 3, check_finite)
     if isinstance(mask, np.ndarray):
         m = torch.from_numpy(np.ascontiguousarray(mask))
     elif isinstance(mask, torch.Tensor):
@@ -231,7 +234,7 @@ def mean_pool_l2norm(token_emb: ArrayLike, mask: ArrayLike, backend: str = "auto
     m = m.to(device=x.device, dtype=torch.float32)
     if tuple(m.shape) != tuple(x.shape[:2]):
         raise ValueError(f"mask: expected shape {list(x.shape[:2])} (token_emb's [B, T]), got {list(m.shape)}")
-    if not bool(torch.isfinite(m).all()):
+    if check_finite and not bool(torch.isfinite(m).all()):
         raise ValueError("mask: contains NaN or infinite values")
     be = resolve_backend(backend, on_gpu=x.is_cuda, has=_HAS)
     if be == "cpu" and x.is_cuda:

@@ -331,7 +331,7 @@ class MiniLMEncoder:
                 ids_t = torch.from_numpy(input_ids).to(self.device)
                 mask_t = torch.from_numpy(mask).to(self.device)
                 tok = self._forward(ids_t, mask_t)
-                pooled = mean_pool_l2norm(tok.float(), mask_t, backend=self.config.pool_backend)
+                pooled = mean_pool_l2norm(tok.float(), mask_t, backend=self.config.pool_backend, check_finite=False)
                 out[idx] = pooled.cpu().numpy()
         return out
 

@@ -53,40 +53,46 @@ class Int8Bert:
             self.layers.append({
                 "qkv": self._linear(qkv_w, qkv_b),
                 "o": self._linear(layer.attention.output.dense.weight, layer.attention.output.dense.bias),
-                "ln1": (ln1.weight.detach().float().contiguous(), ln1.bias.detach().float().contiguous(), float(ln1.eps)),
+                "ln1": self._ln(ln1),
                 "ffn_in": self._linear(layer.intermediate.dense.weight, layer.intermediate.dense.bias),
                 "ffn_out": self._linear(layer.output.dense.weight, layer.output.dense.bias),
-                "ln2": (ln2.weight.detach().float().contiguous(), ln2.bias.detach().float().contiguous(), float(ln2.eps)),
+                "ln2": self._ln(ln2),
             })
 
-    @staticmethod
-    def _linear(w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def _linear(self, w: torch.Tensor, b: torch.Tensor) -> tuple:
+        """(Wq^T int8 [K, N], w_scale, w_colsum, bias): tensors for the reference, numpy views of
+        them for the compiled kernels (converted once, not per call)."""
         wq_t, w_scale, w_colsum = ref.quantize_weight(w)
-        return wq_t, w_scale.contiguous(), w_colsum.contiguous(), b.detach().float().contiguous()
+        vecs = (w_scale.contiguous(), w_colsum.contiguous(), b.detach().float().contiguous())
+        return (wq_t, *(vecs if self._core is None else (v.numpy() for v in vecs)))
 
-    # -- the element-wise steps: the compiled kernels, or the torch reference --------------------
+    def _ln(self, ln: torch.nn.LayerNorm) -> tuple:
+        gamma, beta = ln.weight.detach().float().contiguous(), ln.bias.detach().float().contiguous()
+        return (gamma, beta, float(ln.eps)) if self._core is None else (gamma.numpy(), beta.numpy(), float(ln.eps))
+
+    # -- the element-wise steps: the compiled kernels, or the torch reference ---------------------
+    # A quantised activation is (q, scale, zero): q a torch int8 tensor (the GEMM's input), scale
+    # and zero numpy arrays on the compiled path (they only ever go back into the kernels).
     def _quantize(self, x: torch.Tensor):
         if self._core is None:
             return ref.quantize_rows(x)
         q, s, z = self._core.enc_quantize_rows(x.numpy())
-        return torch.from_numpy(q), torch.from_numpy(s), torch.from_numpy(z)
+        return torch.from_numpy(q), s, z
 
     def _dequantize(self, acc, quant, lin):
         _, s, z = quant
         _, ws, cs, b = lin
         if self._core is None:
             return ref.dequantize_rows(acc, s, z, ws, cs, b)
-        return torch.from_numpy(self._core.enc_dequantize_rows(acc.numpy(), s.numpy(), z.numpy(), ws.numpy(),
-                                                               cs.numpy(), b.numpy(), False))
+        return torch.from_numpy(self._core.enc_dequantize_rows(acc.numpy(), s, z, ws, cs, b, False))
 
     def _dequantize_gelu_quantize(self, acc, quant, lin):
         _, s, z = quant
         _, ws, cs, b = lin
         if self._core is None:
             return ref.dequantize_gelu_quantize(acc, s, z, ws, cs, b)
-        q, s2, z2 = self._core.enc_dequantize_gelu_quantize(acc.numpy(), s.numpy(), z.numpy(), ws.numpy(),
-                                                            cs.numpy(), b.numpy())
-        return torch.from_numpy(q), torch.from_numpy(s2), torch.from_numpy(z2)
+        q, s2, z2 = self._core.enc_dequantize_gelu_quantize(acc.numpy(), s, z, ws, cs, b)
+        return torch.from_numpy(q), s2, z2
 
     def _dequantize_add_layernorm(self, acc, quant, lin, x, ln):
         _, s, z = quant
@@ -96,9 +102,8 @@ class Int8Bert:
             y, out = ref.dequantize_add_layernorm(acc, s, z, ws, cs, b, x, gamma, beta, eps)
             x.copy_(y)
             return out
-        q, s2, z2 = self._core.enc_dequantize_add_layernorm(acc.numpy(), s.numpy(), z.numpy(), ws.numpy(), cs.numpy(),
-                                                            b.numpy(), x.numpy(), gamma.numpy(), beta.numpy(), eps)
-        return torch.from_numpy(q), torch.from_numpy(s2), torch.from_numpy(z2)
+        q, s2, z2 = self._core.enc_dequantize_add_layernorm(acc.numpy(), s, z, ws, cs, b, x.numpy(), gamma, beta, eps)
+        return torch.from_numpy(q), s2, z2
 
     def _attention(self, qkv: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         if self._core is None:
