@@ -138,6 +138,20 @@ def test_config_validation():
         RunConfig.from_dict({"agent": "react", "colour": 1})
     c = RunConfig(agent="fcrf", agent_config=AgentConfig(max_steps=7))
     assert RunConfig.from_dict(c.to_dict()) == c
+    with pytest.raises(ValueError, match="n_ctx"):
+        RunConfig(agent="react", n_ctx=100).validate()
+
+
+def test_run_cli_arguments_reach_the_config():
+    import argparse
+
+    from metacog_fast.agents.alfworld.cli import add_run_arguments, run_config
+
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    cfg = run_config(p.parse_args(["--agent", "react", "--out", "x", "--max-steps", "50", "--n-ctx", "8192"]))
+    assert cfg.n_ctx == 8192 and cfg.agent_config.max_steps == 50
+    assert run_config(p.parse_args(["--agent", "react", "--out", "x"])).n_ctx == RunConfig.n_ctx
 
 
 def test_game_selection_round_robin():

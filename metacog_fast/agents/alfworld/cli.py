@@ -25,6 +25,9 @@ def _agent_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=d.seed, help="sampling seed (default 0)")
     p.add_argument("--llm", default=None, help="LLM URI (default: $METACOG_LLM, then embedded SmolLM2)")
     p.add_argument("--n-threads", type=int, default=1, help="llama.cpp threads per worker (default 1)")
+    p.add_argument("--n-ctx", type=int, default=RunConfig.n_ctx,
+                   help=f"LLM context window in tokens (default {RunConfig.n_ctx}; a 50-step ReAct prompt "
+                        "with 2 examples needs ~4.5k, use 8192 for --max-steps 50)")
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--data", default=None, help="ALFWorld data folder")
     p.add_argument("--fewshot", default=None, help="few-shot cache JSON (default results/alfworld/fewshot.json)")
@@ -47,13 +50,17 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     _agent_args(p)
 
 
+def run_config(a: argparse.Namespace) -> RunConfig:
+    """The RunConfig of parsed ``metacog run alfworld`` arguments."""
+    return RunConfig(agent=a.agent, split=a.split, data=a.data, tasks=a.tasks, adapt_episodes=a.adapt_episodes,
+                     test_episodes=a.test_episodes, scorer=a.scorer, llm=a.llm, n_threads=a.n_threads,
+                     n_ctx=a.n_ctx, workers=a.workers, agent_config=_agent_config(a))
+
+
 def run_cmd(a: argparse.Namespace) -> int:
     from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT, run_protocol
 
-    cfg = RunConfig(agent=a.agent, split=a.split, data=a.data, tasks=a.tasks, adapt_episodes=a.adapt_episodes,
-                    test_episodes=a.test_episodes, scorer=a.scorer, llm=a.llm, n_threads=a.n_threads,
-                    workers=a.workers, agent_config=_agent_config(a))
-    res = run_protocol(a.out, cfg, a.fewshot or DEFAULT_FEWSHOT)
+    res = run_protocol(a.out, run_config(a), a.fewshot or DEFAULT_FEWSHOT)
     print(json.dumps(res))
     return 0
 
@@ -77,7 +84,7 @@ def pretrain_cmd(a: argparse.Namespace) -> int:
     facts = pretrain(a.out, games=a.tasks, episodes=a.episodes, split=a.split, data=a.data,
                      expert_positives=not a.no_expert_positives, agent_config=_agent_config(a), llm=a.llm,
                      n_threads=a.n_threads, workers=a.workers, epochs=a.epochs, fewshot=a.fewshot or DEFAULT_FEWSHOT,
-                     train_only=a.train_only)
+                     train_only=a.train_only, n_ctx=a.n_ctx)
     print(json.dumps(facts))
     return 0
 

@@ -104,6 +104,8 @@ class RunConfig:
             raise ValueError(f"agent: expected one of {AGENT_NAMES}, got {self.agent!r}")
         if self.tasks < 1 or self.test_episodes < 0 or self.adapt_episodes < 0 or self.workers < 1:
             raise ValueError("tasks >= 1, workers >= 1, adapt_episodes >= 0 and test_episodes >= 0 expected")
+        if self.n_ctx < 512:
+            raise ValueError(f"n_ctx: expected a context window of at least 512 tokens, got {self.n_ctx}")
         if self.agent.startswith("muse") and not self.scorer:
             raise ValueError(f"scorer: agent {self.agent!r} needs a pre-deployment scorer folder "
                              "(run `metacog pretrain alfworld` first)")

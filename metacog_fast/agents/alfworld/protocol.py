@@ -267,7 +267,8 @@ def run_protocol(run_dir: str | Path, cfg: RunConfig, fewshot: str | Path = DEFA
 def pretrain(out_dir: str | Path, games: int = 6, episodes: int = 2, split: str = "valid_seen",
              data: str | None = None, expert_positives: bool = True, agent_config: AgentConfig | None = None,
              llm: str | None = None, n_threads: int = 1, workers: int = 1, epochs: int | None = None,
-             fewshot: str | Path = DEFAULT_FEWSHOT, train_only: bool = False) -> dict[str, Any]:
+             fewshot: str | Path = DEFAULT_FEWSHOT, train_only: bool = False,
+             n_ctx: int = RunConfig.n_ctx) -> dict[str, Any]:
     """Reflexion episodes on ``split`` (persisted, resumable: ``out_dir/collect``), then M_sa
     trained on 4-pair chunks labelled by outcome (plus expert walkthrough chunks as positives
     when ``expert_positives``), saved to ``out_dir/scorer``. ``train_only``: skip the collection
@@ -276,7 +277,7 @@ def pretrain(out_dir: str | Path, games: int = 6, episodes: int = 2, split: str 
 
     out = Path(out_dir)
     cfg = RunConfig(agent="reflexion", split=split, data=data, tasks=games, adapt_episodes=0,
-                    test_episodes=episodes, llm=llm, n_threads=n_threads, workers=workers,
+                    test_episodes=episodes, llm=llm, n_threads=n_threads, n_ctx=n_ctx, workers=workers,
                     agent_config=agent_config or AgentConfig())
     collect = out / "collect"
     games_list = prepare_run(collect, cfg)
