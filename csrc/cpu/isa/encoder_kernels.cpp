@@ -41,21 +41,17 @@ inline V load_i32_n(const std::int32_t* p, int n) {
   return simd::load(f);
 }
 
-inline float hmax(V v) {
+// Horizontal max (sign 1) or min (sign -1) of the lanes.
+template <int sign>
+inline float hextreme(V v) {
   float f[W];
   simd::store(f, v);
   float m = f[0];
-  for (int i = 1; i < W; ++i) m = std::max(m, f[i]);
+  for (int i = 1; i < W; ++i) m = sign > 0 ? std::max(m, f[i]) : std::min(m, f[i]);
   return m;
 }
-
-inline float hmin(V v) {
-  float f[W];
-  simd::store(f, v);
-  float m = f[0];
-  for (int i = 1; i < W; ++i) m = std::min(m, f[i]);
-  return m;
-}
+inline float hmax(V v) { return hextreme<1>(v); }
+inline float hmin(V v) { return hextreme<-1>(v); }
 
 inline V lane_index() {
   float f[W];
