@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from metacog_fast.scoring.int8_bert import Int8Bert
 
 EMB_DIM = 384
+LINE_CACHE_SIZE = 65536
+"""Lines whose word pieces the encoder keeps (cleared when full)."""
 PRECISIONS = ("auto", "fp32", "int8", "fp16", "bf16")
 ATTENTIONS = ("auto", "sdpa", "matmul")
 
@@ -236,6 +238,8 @@ class MiniLMEncoder:
         self._lean: "_LeanBert | Int8Bert | bool | None" = None
         self.cache = LRUCache(cfg.cache_size)
         self.task_cache = LRUCache(cfg.task_cache_size)
+        self._lines: "dict[str, list[int]] | bool | None" = None  # line -> word pieces (see _token_ids)
+        self._lines_lock = threading.Lock()
 
     def _build_model(self, precision: str) -> torch.nn.Module:
         base = self.st[0].auto_model
@@ -309,10 +313,58 @@ class MiniLMEncoder:
             return out.last_hidden_state
         return self._lean(ids, mask)
 
+    def _token_ids(self, texts: list[str]) -> list[list[int]]:
+        """Word-piece ids of ``texts`` with [CLS]/[SEP], truncated to ``max_length``: exactly the
+        tokenizer's output. For BERT tokenizers it is assembled from a cache of the lines' pieces
+        (BERT's normaliser turns a newline into a space and its pre-tokeniser splits on whitespace,
+        so a text's pieces are its lines' pieces in order; MUSE's chunk texts repeat most lines from
+        step to step). Other tokenizers, or one failing the self-check, take the plain call."""
+        if self._lines is None:
+            self._lines = self._line_cache_ok()
+        if self._lines is False:
+            return self.tokenizer(texts, truncation=True, max_length=self.max_length, return_attention_mask=False,
+                                  return_token_type_ids=False)["input_ids"]
+        lines = self._lines
+        split = [t.split("\n") for t in texts]
+        cls, sep, keep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id, self.max_length - 2
+        with self._lines_lock:
+            new = list(dict.fromkeys(line for parts in split for line in parts if line not in lines))
+            if new:
+                pieces = self.tokenizer(new, add_special_tokens=False, return_attention_mask=False,
+                                        return_token_type_ids=False)["input_ids"]
+                if len(lines) + len(new) > LINE_CACHE_SIZE:
+                    lines.clear()
+                lines.update(zip(new, pieces))
+            out = []
+            for parts in split:
+                ids: list[int] = []
+                for line in parts:
+                    ids += lines[line]
+                out.append([cls, *ids[:keep], sep])
+        return out
+
+    def _line_cache_ok(self) -> "dict[str, list[int]] | bool":
+        """An empty line cache if the tokenizer is a BERT word-piece one whose output equals the
+        line-wise assembly on a few test texts (long, multi-line, punctuation, accents), else False."""
+        try:
+            backend = self.tokenizer.backend_tokenizer
+            bert = (type(backend.pre_tokenizer).__name__ == "BertPreTokenizer"
+                    and type(backend.normalizer).__name__ == "BertNormalizer")
+        except AttributeError:
+            return False
+        if not bert or self.tokenizer.cls_token_id is None or self.tokenizer.sep_token_id is None:
+            return False
+        probe = ["> go to countertop 1\nYou arrive at countertop 1. On it, you see a mug 2, and a café.\n\nPlan: 1. x",
+                 "one line, (no newline)!", "\n".join(f"> take apple {i} from fridge 1" for i in range(60))]
+        self._lines = {}
+        got = self._token_ids(probe)
+        want = self.tokenizer(probe, truncation=True, max_length=self.max_length, return_attention_mask=False,
+                              return_token_type_ids=False)["input_ids"]
+        ok = got == want
+        return {} if ok else False
+
     def _encode_uncached(self, texts: list[str]) -> np.ndarray:
-        enc = self.tokenizer(texts, truncation=True, max_length=self.max_length, return_attention_mask=False,
-                             return_token_type_ids=False)
-        ids = enc["input_ids"]
+        ids = self._token_ids(texts)
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
         order = np.argsort(-lengths, kind="stable")  # longest first: the largest batch allocates once
         pad_id = int(self.tokenizer.pad_token_id or 0)
