@@ -170,3 +170,18 @@ def test_chunk_examples_labels():
     ex = chunk_examples(recs)
     assert [len(e["chunk"]) for e in ex] == [4, 2, 1]
     assert [e["label"] for e in ex] == [1.0, 1.0, 0.0]
+
+
+def test_report_keeps_two_runs_of_one_agent():
+    from metacog_fast.agents.alfworld.report import render_tables, run_label
+
+    taken: dict = {}
+    for adapt in (0, 2):
+        taken[run_label({"agent": "muse", "adapt_episodes": adapt}, taken)] = {
+            "adapt_episodes": adapt, "success_rate": 0.1 * (1 + adapt), "episodes": 12}
+    taken[run_label({"agent": "react", "adapt_episodes": 0}, taken)] = {"adapt_episodes": 0, "success_rate": 0.2,
+                                                                          "episodes": 12}
+    assert sorted(taken) == ["muse", "muse+adapt2", "react"]
+    md = render_tables(taken)
+    assert "| muse | 10% | — | 12 |" in md and "| muse+adapt2 | — | 30% | 12 |" in md
+    assert md.index("| react |") < md.index("| muse |") < md.index("| muse+adapt2 |")

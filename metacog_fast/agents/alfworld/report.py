@@ -113,7 +113,7 @@ def report(root: str | Path, out: str | Path | None = None) -> dict[str, Any]:
     for run in find_runs(root):
         cfg, recs = load_run(run)
         c = cfg["config"]
-        label = c["agent"]
+        label = run_label(c, agents)
         summ = summarize(recs, "test", adapted=c["adapt_episodes"] > 0)
         summ["adapt_episodes"] = c["adapt_episodes"]
         summ["config"] = c
@@ -135,9 +135,27 @@ def report(root: str | Path, out: str | Path | None = None) -> dict[str, Any]:
     return res
 
 
+AGENT_ORDER = ("react", "reflexion", "fcrf", "muse-lowest", "muse-random", "muse")
+
+
+def run_label(config: dict[str, Any], taken: dict[str, Any]) -> str:
+    """A run's row label: its agent name, or ``<agent>+adapt<n>`` when a run of the same agent is
+    already in the report (e.g. MUSE without and with adaptation episodes under one folder)."""
+    label = config["agent"]
+    if label in taken:
+        label = f"{label}+adapt{config['adapt_episodes']}"
+    k = 2
+    base = label
+    while label in taken:
+        label, k = f"{base}#{k}", k + 1
+    return label
+
+
 def render_tables(agents: dict[str, dict[str, Any]]) -> str:
-    """Markdown in the form of the paper's Tables 2-5, per-type tables and costs."""
-    order = [a for a in ("react", "reflexion", "fcrf", "muse-lowest", "muse-random", "muse") if a in agents]
+    """Markdown in the form of the paper's Tables 2-5, per-type tables and costs (one row per run:
+    the paper's agents in their order, then any further runs of an agent under their labels)."""
+    rank = {a: i for i, a in enumerate(AGENT_ORDER)}
+    order = sorted(agents, key=lambda a: (rank.get(a.split("+")[0].split("#")[0], len(rank)), a))
     L: list[str] = []
 
     def col(a: str, key: str, fmt: Any) -> tuple[str, str]:
