@@ -344,8 +344,9 @@ class MiniLMEncoder:
         return out
 
     def _line_cache_ok(self) -> "dict[str, list[int]] | bool":
-        """An empty line cache if the tokenizer is a BERT word-piece one whose output equals the
-        line-wise assembly on a few test texts (long, multi-line, punctuation, accents), else False."""
+        """The line cache (holding the probe texts' lines) if the tokenizer is a BERT word-piece one
+        whose output equals the line-wise assembly on a few probe texts (long, multi-line,
+        punctuation, accents), else False."""
         try:
             backend = self.tokenizer.backend_tokenizer
             bert = (type(backend.pre_tokenizer).__name__ == "BertPreTokenizer"
@@ -360,8 +361,7 @@ class MiniLMEncoder:
         got = self._token_ids(probe)
         want = self.tokenizer(probe, truncation=True, max_length=self.max_length, return_attention_mask=False,
                               return_token_type_ids=False)["input_ids"]
-        ok = got == want
-        return {} if ok else False
+        return self._lines if got == want else False
 
     def _encode_uncached(self, texts: list[str]) -> np.ndarray:
         ids = self._token_ids(texts)
