@@ -32,6 +32,7 @@ The anchor is :meth:`MiniLMEncoder.encode_reference`: sentence-transformers'
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import threading
 from collections import OrderedDict
@@ -77,8 +78,8 @@ class EncoderConfig:
     pool_backend: str = "auto"
     """Backend of the fused mean-pool + L2 kernel."""
     attention: str = "auto"
-    """Self-attention of the fp32/bf16/fp16 model (int8 has its own compiled attention): "sdpa" (torch's fused kernel, as transformers runs
-    it), "matmul" (QK^T and PV as batched GEMMs in the model dtype, softmax in float32), or "auto":
+    """Self-attention of the fp32/bf16/fp16 model (int8 has its own compiled attention): "sdpa"
+    (torch's fused kernel, as transformers runs it), "matmul" (QK^T and PV as batched GEMMs in the model dtype, softmax in float32), or "auto":
     "matmul" for bf16 on the CPU (torch's CPU flash kernel is ~2.5x slower at MiniLM's head size 32;
     embeddings as close to fp32 as with it, docs/alfworld_agents.md), "sdpa" otherwise."""
 
@@ -95,15 +96,17 @@ def default_model_path() -> str:
     return str(path)
 
 
-def _cpu_flags() -> set[str]:
+@functools.lru_cache(maxsize=1)
+def _cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (read once per process)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+                    return frozenset(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return set()
+    return frozenset()
 
 
 def cpu_has_bf16() -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from metacog_fast._backend import _import_core
+from metacog_fast._backend import _import_core, core
 from metacog_fast.kernels.reference import encoder as ref
 
 
@@ -31,12 +31,8 @@ class Int8Bert:
             raise ValueError("model: the int8 forward supports absolute position embeddings only")
         if backend not in ("auto", "cpu", "torch"):
             raise ValueError(f"backend: expected 'auto', 'cpu' or 'torch', got {backend!r}")
-        core = _import_core()
-        if backend == "cpu" and core is None:
-            from metacog_fast._backend import core as require_core
-
-            require_core()
-        self._core = core if backend in ("auto", "cpu") else None
+        # "cpu" requires the compiled core (core() raises if it is not built); "auto" takes it if built.
+        self._core = core() if backend == "cpu" else (_import_core() if backend == "auto" else None)
         emb = model.embeddings
         self.word = emb.word_embeddings.weight.detach().float()
         self.type0 = emb.token_type_embeddings.weight[0].detach().float()
