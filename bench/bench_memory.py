@@ -1,4 +1,4 @@
-"""Memory store benchmarks (SPEC §1.4, issue 7).
+"""Memory store benchmarks (docs/design.md §1.4, issue 7).
 
 Size: ``METACOG_BENCH_MEMORY_N`` records (default 20,000) of dim 384.
 ``METACOG_BENCH_MEMORY_DIR``: keep the store there and reuse it on later runs

@@ -1,4 +1,4 @@
-"""Trajectory scoring (SPEC §1.3) against sentence-transformers + a torch MLP, same run.
+"""Trajectory scoring (docs/design.md §1.3) against sentence-transformers + a torch MLP, same run.
 
     pytest bench/bench_scoring.py --benchmark-json=bench/results/scoring.json
 

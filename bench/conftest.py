@@ -31,7 +31,7 @@ def _cpu_facts() -> dict:
 
 def _versions() -> dict:
     out = {"python": platform.python_version()}
-    for mod in ("torch", "numpy", "hnswlib", "llama_cpp", "sentence_transformers", "triton", "numba"):
+    for mod in ("torch", "numpy", "hnswlib", "llama_cpp", "sentence_transformers", "triton"):
         try:
             out[mod] = __import__(mod).__version__
         except Exception:

@@ -8,6 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 PY=${PYTHON:-python3}
+# Extras installed beside the core (see pyproject.toml); [gpu] (vLLM) is for GPU machines.
+METACOG_EXTRAS=${METACOG_EXTRAS:-test finetune}
 
 if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv"
@@ -20,13 +22,21 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 python -m pip install -q --upgrade pip
 # torch first and pinned: anything that lets pip choose pulls a multi-GB CUDA build.
 python -m pip install -q torch==2.13.0
-python -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.13" cmake ninja
+# The project's own build runs without isolation and needs only these tools; numpy
+# is here because several sdists' setup scripts import it.
+python -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.13" cmake ninja numpy setuptools wheel
 
 stamp=.venv/.metacog_build_stamp
-src_hash=$(cat pyproject.toml CMakeLists.txt $(find csrc -type f | sort) | sha1sum | cut -d' ' -f1)-${METACOG_BACKEND:-cpu}
+src_hash=$(cat pyproject.toml scripts/project_deps.py CMakeLists.txt $(find csrc -type f | sort) | sha1sum | cut -d' ' -f1)-${METACOG_BACKEND:-cpu}-${METACOG_EXTRAS// /,}
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$src_hash" ] || ! python -c "import metacog_fast._core" 2>/dev/null; then
   echo "[setup] building metacog_fast (backend=${METACOG_BACKEND:-cpu}); the first build also compiles llama.cpp (several minutes)"
-  python -m pip install --no-build-isolation -e ".[test]"
+  # The dependencies install with build isolation (an sdist such as hnswlib or
+  # llama-cpp-python builds in its own environment, as on a machine that never saw
+  # this project); only the project itself builds without it.
+  # shellcheck disable=SC2086
+  mapfile -t deps < <(python scripts/project_deps.py $METACOG_EXTRAS)
+  python -m pip install "${deps[@]}"
+  python -m pip install --no-build-isolation --no-deps -e .
   echo "$src_hash" > "$stamp"
 else
   echo "[setup] metacog_fast already built and up to date"

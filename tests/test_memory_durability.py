@@ -1,4 +1,4 @@
-"""Crash safety, index rebuild and concurrency of the MemoryStore (SPEC §1.4, issue 7)."""
+"""Crash safety, index rebuild and concurrency of the MemoryStore (docs/design.md §1.4, issue 7)."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,4 @@
-"""memory_scores / memory_rerank: every backend against the torch reference (SPEC §1.4)."""
+"""memory_scores / memory_rerank: every backend against the torch reference (docs/design.md §1.4)."""
 from __future__ import annotations
 
 import numpy as np

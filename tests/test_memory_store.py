@@ -1,4 +1,4 @@
-"""MemoryStore (SPEC §1.4): retrieval vs brute force, recency, filters, forget, reopen, bad input."""
+"""MemoryStore (docs/design.md §1.4): retrieval vs brute force, recency, filters, forget, reopen, bad input."""
 from __future__ import annotations
 
 import os
@@ -38,7 +38,7 @@ def _fill(store, rng, n=3000):
 
 
 def brute_force(emb, last_access, imp, ids, q, k, now, w=(1.0, 1.0, 1.0)):
-    """Independent float64 brute force of the SPEC §1.4 score: ids best first."""
+    """Independent float64 brute force of the docs/design.md §1.4 score: ids best first."""
     e = emb.astype(np.float64)
     e /= np.linalg.norm(e, axis=1, keepdims=True)
     qq = q.astype(np.float64) / np.linalg.norm(q)

@@ -1,4 +1,4 @@
-"""MUSE-WM self-assessment labels (SPEC §3) and the episode replay."""
+"""MUSE-WM self-assessment labels (docs/design.md §3) and the episode replay."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,5 @@
 """CUDA RSSM kernels (csrc/cuda/rssm.cu): they compile here, and on a GPU they match the
-torch reference (SPEC §1.1, §1.2).
+torch reference (docs/design.md §1.1, §1.2).
 
 - ``test_cuda_kernels_compile_to_ptx`` / ``test_cuda_binding_compiles``: nvcc (arch 90) and the
   host compiler build the kernels (to PTX) and the pybind11 binding into a temp dir; the full

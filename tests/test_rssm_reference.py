@@ -1,5 +1,5 @@
 """The torch reference of the RSSM / MUSE kernels against independent numpy
-re-derivations, finite differences and the sampling semantics of SPEC §1.1-1.2;
+re-derivations, finite differences and the sampling semantics of docs/design.md §1.1-1.2;
 plus the public API's conversions, noise and input validation (torch backend)."""
 from __future__ import annotations
 

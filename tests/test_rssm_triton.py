@@ -1,4 +1,4 @@
-"""Triton RSSM / self-assessment kernels vs the torch reference (SPEC §1.1, §1.2).
+"""Triton RSSM / self-assessment kernels vs the torch reference (docs/design.md §1.1, §1.2).
 
 Without a GPU the kernels run under TRITON_INTERPRET=1 (tests/conftest.py sets it) on CPU
 tensors; with a GPU the same tests run on the device. Tolerances (fp32): states, logits,

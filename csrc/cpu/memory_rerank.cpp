@@ -1,4 +1,4 @@
-// Exact rerank of memory candidates with the SPEC §1.4 score:
+// Exact rerank of memory candidates with the docs/design.md §1.4 score:
 //   score = w_rec * decay**((now - last_access)/unit) + w_rel * (cos+1)/2 + w_imp * importance/10
 // cos = queries[q] . keys[row]: both must be L2-normalised (the memory store does it).
 // Candidates are rows of keys, either one list shared by every query ([C]) or one
@@ -236,8 +236,8 @@ METACOG_BIND(memory_rerank) {
   using namespace pybind11::literals;
   m.def("memory_scores", &metacog::memory_scores, "queries"_a, "keys"_a, "last_access"_a, "importance"_a,
         "candidates"_a, "now"_a, "w_rec"_a, "w_rel"_a, "w_imp"_a, "decay"_a, "unit"_a,
-        "SPEC §1.4 memory score of every candidate row: [Q, C] float32 (-inf for padding rows -1).");
+        "docs/design.md §1.4 memory score of every candidate row: [Q, C] float32 (-inf for padding rows -1).");
   m.def("memory_rerank", &metacog::memory_rerank, "queries"_a, "keys"_a, "last_access"_a, "importance"_a,
         "candidates"_a, "k"_a, "now"_a, "w_rec"_a, "w_rel"_a, "w_imp"_a, "decay"_a, "unit"_a,
-        "Top-k candidate rows per query by the SPEC §1.4 score: (rows [Q, k] int64, scores [Q, k] float32).");
+        "Top-k candidate rows per query by the docs/design.md §1.4 score: (rows [Q, k] int64, scores [Q, k] float32).");
 }

@@ -1,4 +1,4 @@
-// RSSM + MUSE self-assessment / self-regulation on the CPU (SPEC §1.1, §1.2).
+// RSSM + MUSE self-assessment / self-regulation on the CPU (docs/design.md §1.1, §1.2).
 //
 // RssmCpu is built once from a weights dict (Python caches it per dict): it packs
 // every dense layer into GEMM panels (fp32, or bf16 pairs with precision="bf16"),

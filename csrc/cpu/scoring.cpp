@@ -1,4 +1,4 @@
-// Trajectory scoring kernels (SPEC §1.3), CPU path.
+// Trajectory scoring kernels (docs/design.md §1.3), CPU path.
 //   score_trajectories: p[B] = sigmoid(g(concat(traj[B, Dtr], task[B or 1, Dta])))
 //     g = Linear -> SiLU -> ... -> Linear(->1); the concat is never materialised:
 //     layer 0 multiplies the traj half and the task half of l0.w in place, and with

@@ -1,4 +1,4 @@
-// CUDA RSSM / self-assessment / self-regulation kernels (SPEC §1.1, §1.2).
+// CUDA RSSM / self-assessment / self-regulation kernels (docs/design.md §1.1, §1.2).
 //
 // One kernel per operation, templated on the execution mode:
 //   GRID  (B <= kPersistentMaxB): persistent cooperative kernel. Every block stages the

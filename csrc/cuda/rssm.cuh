@@ -1,4 +1,4 @@
-// Host API of the CUDA RSSM / self-assessment kernels (SPEC §1.1, §1.2).
+// Host API of the CUDA RSSM / self-assessment kernels (docs/design.md §1.1, §1.2).
 // Plain C++ (no CUDA headers) so that the pybind11 binding, compiled by the
 // host compiler, can include it. All pointers are raw device pointers passed as
 // uintptr_t (float32, C-contiguous, 16-byte aligned); `stream` is a cudaStream_t.

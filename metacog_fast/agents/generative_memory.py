@@ -110,7 +110,7 @@ class MemoryStream:
         return ids, emb[n:]
 
     def retrieve(self, agent: str, query_emb: np.ndarray, k: int, now: float, kind: str | None = None) -> list[list[str]]:
-        """Top-k memory texts of ``agent`` for each query [Q, D] (SPEC §1.4 score; updates last_access)."""
+        """Top-k memory texts of ``agent`` for each query [Q, D] (docs/design.md §1.4 score; updates last_access)."""
         if len(self.store) == 0:
             return [[] for _ in range(len(query_emb))]
         res = self.store.retrieve(query_emb, k, now, agent=agent, kind=kind)

@@ -58,9 +58,9 @@ class NumpyEncoder:
 
 
 class MuseWMAgent:
-    """Acting agent over RSSM weights (SPEC names) and encoder weights.
+    """Acting agent over RSSM weights (docs/design.md names) and encoder weights.
 
-    ``weights``: name -> float32 array (SPEC §1.1, with actor.* and sa.*); ``encoder``: the
+    ``weights``: name -> float32 array (docs/design.md §1.1, with actor.* and sa.*); ``encoder``: the
     encoder state_dict as numpy; ``act``: H, beta, sr_z, self_regulation, backend; ``classes``: C.
     Noise comes from ``numpy.random.default_rng(seed)`` (or pass ``u``/``eps`` to :meth:`act`).
     """

@@ -99,7 +99,7 @@ EXTERNAL_COMMANDS: dict[str, ExternalCommand] = {
     for c in (
         ExternalCommand("sim", "town simulation of generative agents with metacognition (paper 001)",
                         "metacog_fast.sim.cli:add_arguments"),
-        ExternalCommand("train", "train MUSE-WM / Dreamer-v3 on Meta-World (SPEC §3 protocol)",
+        ExternalCommand("train", "train MUSE-WM / Dreamer-v3 on Meta-World (docs/design.md §3 protocol)",
                         "metacog_fast.cli.commands:_attach_train"),
         ExternalCommand("adapt", "adapt a pre-trained MUSE-WM / Dreamer-v3 to the novel Meta-World tasks",
                         "metacog_fast.cli.commands:_attach_adapt"),

@@ -3,7 +3,7 @@
 Observation: float32 ``[39 + K]`` = the 39-d Meta-World state (hand, gripper, two
 object poses, the previous frame's 18 values, goal position) followed by a one-hot of
 the task over ``one_hot_tasks`` (default ``MT10_TASKS + NOVEL_TASKS``, K = 20;
-``zero_task_embedding=True`` zeroes it, as for the novel tasks in SPEC §3).
+``zero_task_embedding=True`` zeroes it, as for the novel tasks in docs/design.md §3).
 Action: ``[4]`` in [-1, 1] (xyz delta of the hand, gripper effort).
 
 Domain randomisation: with ``randomize=True`` (default) every reset draws new object
@@ -35,7 +35,7 @@ MT10_TASKS: tuple[str, ...] = (
     "window-close-v3",
 )
 
-# The 10 novel MT50 tasks of SPEC §3 (deployment adaptation). The paper's "push-block" is not a
+# The 10 novel MT50 tasks of docs/design.md §3 (deployment adaptation). The paper's "push-block" is not a
 # Meta-World name: it is push-back-v3 (push the block backwards), the MT50 push task outside MT10.
 NOVEL_TASKS: tuple[str, ...] = (
     "button-press-topdown-wall-v3",
@@ -61,7 +61,7 @@ TASK_ALIASES = {"push-block": "push-back", "level-pull": "lever-pull"}
 
 
 def _canonical(task: str) -> str:
-    """SPEC names tasks without the version suffix ("soccer"); Meta-World with it ("soccer-v3")."""
+    """docs/design.md names tasks without the version suffix ("soccer"); Meta-World with it ("soccer-v3")."""
     task = TASK_ALIASES.get(task, task)
     return task if task.endswith("-v3") else f"{task}-v3"
 
@@ -93,7 +93,7 @@ class MetaWorldConfig:
     one_hot_tasks: tuple[str, ...] = field(default_factory=lambda: MT10_TASKS + NOVEL_TASKS)
     """Task list the one-hot is taken over (its length is the one-hot width)."""
     zero_task_embedding: bool = False
-    """Zero the one-hot (SPEC §3: novel tasks at deployment); required for tasks outside ``one_hot_tasks``."""
+    """Zero the one-hot (docs/design.md §3: novel tasks at deployment); required for tasks outside ``one_hot_tasks``."""
     max_episode_steps: int = MAX_EPISODE_STEPS
     """Episode length; ``done`` is True after this many steps."""
     terminate_on_success: bool = False

@@ -71,7 +71,7 @@ TASKS: tuple[str, ...] = ()
 
 
 def task_names() -> list[str]:
-    """The 30 task names, index i = task i of SPEC §3."""
+    """The 30 task names, index i = task i of docs/design.md §3."""
     global TASKS
     if not TASKS:
         TASKS = tuple(name for _, name in _task_table())

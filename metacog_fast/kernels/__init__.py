@@ -9,18 +9,18 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    # RSSM / MUSE-WM (SPEC §1.1, §1.2)
+    # RSSM / MUSE-WM (docs/design.md §1.1, §1.2)
     "rssm_img_step": "rssm",
     "rssm_obs_step": "rssm",
     "rssm_imagine": "rssm",
     "self_assess": "rssm",
     "self_regulate": "rssm",
     "init_rssm_weights": "rssm",
-    # Trajectory scoring (SPEC §1.3)
+    # Trajectory scoring (docs/design.md §1.3)
     "score_trajectories": "scoring",
     "init_scoring_head": "scoring",
     "mean_pool_l2norm": "scoring",
-    # Memory retrieval rerank (SPEC §1.4)
+    # Memory retrieval rerank (docs/design.md §1.4)
     "memory_scores": "memory_kernels",
     "memory_rerank": "memory_kernels",
 }

@@ -1,4 +1,4 @@
-"""Memory retrieval score and exact rerank (SPEC §1.4), with ``backend=``.
+"""Memory retrieval score and exact rerank (docs/design.md §1.4), with ``backend=``.
 
 ``memory_scores`` gives the score of every candidate; ``memory_rerank`` the top-k
 candidates per query. Backends: ``"cpu"`` (C++, OpenMP over queries, per-ISA dot
@@ -82,7 +82,7 @@ def memory_scores(
     unit: float = ref.UNIT_SECONDS,
     backend: str = "auto",
 ) -> np.ndarray:
-    """SPEC §1.4 score of each candidate row for each query: [Q, C] float32 (-inf at padding)."""
+    """docs/design.md §1.4 score of each candidate row for each query: [Q, C] float32 (-inf at padding)."""
     q, kk, la, imp, c = _inputs(queries, keys, last_access, importance, candidates)
     w = _weights(weights)
     be = resolve_backend(backend, has=("cpu", "torch"))

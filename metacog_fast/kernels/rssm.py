@@ -1,6 +1,6 @@
 """RSSM and MUSE self-assessment / self-regulation kernels: public API and backend dispatch.
 
-SPEC §1.1, §1.2; docs/kernels.md has the full contract. Backends:
+docs/design.md §1.1, §1.2; docs/kernels.md has the full contract. Backends:
 ``"torch"`` (the readable reference, metacog_fast.kernels.reference.rssm),
 ``"cpu"`` (compiled core, fp32 or ``precision="bf16"`` weights),
 ``"cuda"`` / ``"triton"`` (metacog_fast.kernels.rssm_cuda / rssm_triton).
@@ -27,7 +27,7 @@ from metacog_fast._backend import BackendUnavailable, core, resolve_backend
 Array = Any  # numpy.ndarray | torch.Tensor
 
 PRESETS: dict[str, dict[str, int]] = {"XS": {"D": 256, "Hd": 256}, "S": {"D": 512, "Hd": 512}}
-"""SPEC presets (both with S=32 groups x C=32 classes)."""
+"""docs/design.md presets (both with S=32 groups x C=32 classes)."""
 DEFAULT_CLASSES = 32
 META_WORLD_ACTION = 4
 """Meta-World action size (4-d in [-1, 1]): default A."""
@@ -54,7 +54,7 @@ def init_rssm_weights(
     N: int = 5,
     seed: int = 0,
 ) -> dict[str, np.ndarray]:
-    """Fresh RSSM + actor + self-assessment weights with the SPEC §1.1 names.
+    """Fresh RSSM + actor + self-assessment weights with the docs/design.md §1.1 names.
 
     ``preset`` "XS" (D=Hd=256) or "S" (D=Hd=512) sets D and Hd unless given;
     ``preset=None`` needs both. ``E`` (embedding size) defaults to Hd: the

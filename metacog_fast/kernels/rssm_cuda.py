@@ -1,4 +1,4 @@
-"""CUDA backend of the RSSM and self-assessment kernels (SPEC §1.1, §1.2).
+"""CUDA backend of the RSSM and self-assessment kernels (docs/design.md §1.1, §1.2).
 
 Same functions and signatures as :mod:`metacog_fast.kernels.rssm_triton`, on torch CUDA
 tensors; the work is done by ``metacog_fast._core.rssm_cuda`` (csrc/cuda/rssm.cu) on raw

@@ -1,8 +1,8 @@
-"""Triton backend of the RSSM and self-assessment kernels (SPEC §1.1, §1.2).
+"""Triton backend of the RSSM and self-assessment kernels (docs/design.md §1.1, §1.2).
 
 Every public function takes torch tensors already on the right device (the
 dispatcher in :mod:`metacog_fast.kernels.rssm` converts and validates user
-input) and a weight mapping ``w`` of SPEC §1.1 names to float32 tensors.
+input) and a weight mapping ``w`` of docs/design.md §1.1 names to float32 tensors.
 
 Design: batch rows are independent in every operation (the self-assessment
 gradient is per row too), so each Triton *program* owns a tile of ``BB`` rows
@@ -40,7 +40,7 @@ BLOCK_K = 32  # reduction chunk
 # ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RssmDims:
-    """Sizes read off the weight shapes (SPEC §1.1)."""
+    """Sizes read off the weight shapes (docs/design.md §1.1)."""
 
     D: int
     """deterministic state size."""
@@ -69,7 +69,7 @@ def dims_of(w: Mapping[str, torch.Tensor]) -> RssmDims:
     """Infer :class:`RssmDims` from weight shapes; raises ``KeyError``/``ValueError`` naming the weight."""
     for name in ("img_in.w", "gru.w", "img_logits.w", "actor.out.w", "sa.out.w"):
         if name not in w:
-            raise KeyError(f"w: missing weight {name!r} (SPEC §1.1 names)")
+            raise KeyError(f"w: missing weight {name!r} (docs/design.md §1.1 names)")
     Hd, za = w["img_in.w"].shape
     D3, hd_d = w["gru.w"].shape
     D = D3 // 3
@@ -153,7 +153,7 @@ def weights_on(w: Mapping[str, torch.Tensor], names: list[str], device: torch.de
     out = []
     for n in names:
         if n not in w:
-            raise KeyError(f"w: missing weight {n!r} (SPEC §1.1 names)")
+            raise KeyError(f"w: missing weight {n!r} (docs/design.md §1.1 names)")
         t = w[n]
         if t.dtype != torch.float32 or t.device != device:
             raise TypeError(f"w[{n!r}]: expected float32 on {device}, got {t.dtype} on {t.device}")
@@ -721,7 +721,7 @@ def self_assess(w: Mapping[str, torch.Tensor], s: torch.Tensor, grad: bool = Fal
 
 def self_regulate(w: Mapping[str, torch.Tensor], h: torch.Tensor, z: torch.Tensor, H: int, beta: float,
                   eps: torch.Tensor, trace: bool = False):
-    """MUSE Algorithm 1 (SPEC §1.2) in ONE launch. ``h [B,D], z [B,Z], eps [H+1,B,A]`` ->
+    """MUSE Algorithm 1 (docs/design.md §1.2) in ONE launch. ``h [B,D], z [B,Z], eps [H+1,B,A]`` ->
     ``(z_t [B,Z], a_t [B,A], h_next [B,D])`` and with ``trace`` also ``psi_trace [H,B,N]``
     (psi at each iteration's state before its gradient step)."""
     dims = dims_of(w)

@@ -1,4 +1,4 @@
-"""Trajectory scoring kernels: MUSE's language self-assessment M_sa (SPEC §1.3).
+"""Trajectory scoring kernels: MUSE's language self-assessment M_sa (docs/design.md §1.3).
 
 ``score_trajectories(task_emb, traj_emb, head)`` = sigmoid(g_eta(concat(traj_emb, task_emb)))
 fused (concat + SiLU MLP + sigmoid), and ``mean_pool_l2norm`` (MiniLM's pooling).

@@ -1,4 +1,4 @@
-"""Triton path of the trajectory-scoring kernels (SPEC §1.3).
+"""Triton path of the trajectory-scoring kernels (docs/design.md §1.3).
 
 One kernel per MLP layer: ``y = act(x @ W[:, :K1]^T (+ t @ W[:, K1:]^T) + b)``.
 Layer 0 reads the traj and task halves of ``l0.w`` in place (the concat is never

@@ -1,4 +1,4 @@
-"""Agent memory (SPEC §1.4, paper 001): a persistent long-term store with the
+"""Agent memory (docs/design.md §1.4, paper 001): a persistent long-term store with the
 generative-agents retrieval score, and a per-agent short-term buffer.
 
 See docs/memory.md.

@@ -1,4 +1,4 @@
-"""Configuration of the memory store (SPEC §1.4)."""
+"""Configuration of the memory store (docs/design.md §1.4)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -61,9 +61,9 @@ class MemoryConfig:
     synchronous: str = "FULL"
     """SQLite ``PRAGMA synchronous``: FULL survives power loss; NORMAL survives a killed process only."""
     decay: float = DECAY
-    """Recency decay per ``unit`` (SPEC: 0.995)."""
+    """Recency decay per ``unit`` (docs/design.md: 0.995)."""
     unit: float = UNIT_SECONDS
-    """Recency unit in seconds of simulation time (SPEC: 1 hour = 3600 s)."""
+    """Recency unit in seconds of simulation time (docs/design.md: 1 hour = 3600 s)."""
     verify_checksum: bool = True
     """On open, check the index file's CRC32 against the sidecar (slower reopen, catches corruption)."""
     num_threads: int = 0

@@ -2,7 +2,7 @@
 with their own small HNSW index — the "most recent and most important" candidates
 of the default fast retrieval path.
 
-Why it exists. With the SPEC §1.4 score (recency and importance unnormalised,
+Why it exists. With the docs/design.md §1.4 score (recency and importance unnormalised,
 relevance = (cos + 1) / 2) relevance spans little between a query's neighbourhood
 and the rest of the store, so a top-10 is mostly the *recent, important* records
 among the query's neighbours — records that a plain HNSW top-k' by cosine misses
@@ -13,7 +13,7 @@ important record exactly (``fast_path="bound"``) keeps recall at 1.0 but costs
 
     static(r, t) = decay ** ((t - last_access) / unit) + importance / 10
 
-(the score without relevance, at the SPEC weights (1, 1, 1)) in a second, small
+(the score without relevance, at the docs/design.md §1.4 weights (1, 1, 1)) in a second, small
 hnswlib index; a query takes the ``hot_k`` hot records nearest to it and the
 ``hot_top`` hot records of highest static score whatever their relevance (a
 very recent, important record far from the query can still be in its top-10). A record in a

@@ -1,4 +1,4 @@
-"""The long-term memory store (SPEC §1.4): SQLite records + hnswlib index +
+"""The long-term memory store (docs/design.md §1.4): SQLite records + hnswlib index +
 in-memory columns, with the generative-agents retrieval score.
 
 Times are seconds of simulation time (floats); recency decays by ``decay`` per
@@ -289,7 +289,7 @@ class MemoryStore:
     def retrieve(self, queries: Any, k: int, now: float, agent: str | None = None, kind: str | None = None,
                  since: float | None = None, weights: Sequence[float] = (1.0, 1.0, 1.0), exact: bool = False,
                  touch: bool = True, **unknown: Any) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Top-k memories of the SPEC §1.4 score for each query.
+        """Top-k memories of the docs/design.md §1.4 score for each query.
 
         queries [Q, dim] (or [dim]); filters: ``agent``, ``kind``, ``since`` (created >= since).
         Returns Q pairs (ids [<=k] int64, scores [<=k] float32), best first, and sets

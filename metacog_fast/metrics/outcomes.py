@@ -1,4 +1,4 @@
-"""Episode-outcome metrics shared by the agents: quantile labels (SPEC §3), success
+"""Episode-outcome metrics shared by the agents: quantile labels (docs/design.md §3), success
 rate, tasks solved, steps to success."""
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def quantile_labels(t_success: int | None, T_max: int, N: int = 5, steps: int | 
 
 def success_rate(outcomes: Any, tasks: Sequence[Any] | None = None) -> float:
     """Mean success. With ``tasks`` (one id per episode) the mean over tasks of the
-    per-task success rate (macro average, SPEC §3 ALFWorld)."""
+    per-task success rate (macro average, docs/design.md §3 ALFWorld)."""
     y = as_binary(outcomes, "outcomes")
     if tasks is None:
         return float(y.mean())
@@ -68,7 +68,7 @@ def mean_steps_to_success(steps: Any, outcomes: Any) -> float:
 
 
 def mean_steps_charged(steps: Any, outcomes: Any, fail_steps: float = 100.0) -> float:
-    """Mean steps per episode with ``fail_steps`` charged for each failure (SPEC §3 ALFWorld)."""
+    """Mean steps per episode with ``fail_steps`` charged for each failure (docs/design.md §3 ALFWorld)."""
     s = as_vector(steps, "steps")
     y = as_binary(outcomes, "outcomes")
     same_length(s, y, "steps", "outcomes")

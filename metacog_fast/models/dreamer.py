@@ -1,4 +1,4 @@
-"""Dreamer-v3 world model + actor-critic on the SPEC §1.1 RSSM, with the MUSE self-assessment
+"""Dreamer-v3 world model + actor-critic on the docs/design.md §1.1 RSSM, with the MUSE self-assessment
 head (paper 000 §3, Eq. 2 and Eq. 4). ``DreamerConfig.muse=False`` is the Dreamer-v3 baseline:
 the same code with the SA loss off (self-regulation is an acting option, see
 :mod:`metacog_fast.agents.muse_wm`).
@@ -159,7 +159,7 @@ class Dreamer(nn.Module):
     # --- pieces ---------------------------------------------------------------------------
 
     def rssm_group(self, prefix: str) -> list[nn.Parameter]:
-        """RSSM parameters whose SPEC name starts with ``prefix + '.'`` (e.g. "actor", "sa")."""
+        """RSSM parameters whose docs/design.md name starts with ``prefix + '.'`` (e.g. "actor", "sa")."""
         return [p for k, p in self.rssm.named_parameters() if k.startswith(prefix + ".")]
 
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
@@ -341,7 +341,7 @@ class Dreamer(nn.Module):
     # --- export for acting ---------------------------------------------------------------------------
 
     def acting_weights(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """(RSSM weights with SPEC names, encoder weights) as float32 numpy, for the agent."""
+        """(RSSM weights with docs/design.md names, encoder weights) as float32 numpy, for the agent."""
         enc = {k: np.ascontiguousarray(v.detach().cpu().numpy(), dtype=np.float32) for k, v in self.encoder.state_dict().items()}
         return self.rssm.kernel_weights(), enc
 

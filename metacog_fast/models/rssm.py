@@ -1,6 +1,6 @@
 """A small trainable RSSM (+ actor + self-assessment head) as a ``torch.nn.Module``.
 
-Its ``state_dict`` keys are exactly the SPEC §1.1 weight names (``"img_in.w"``,
+Its ``state_dict`` keys are exactly the docs/design.md §1.1 weight names (``"img_in.w"``,
 ``"gru.ln.g"``, ``"sa.out.b"`` ...), so a checkpoint loads into the fast kernels
 (``metacog_fast.kernels``) or into another project without this class. Every
 forward calls the torch reference (metacog_fast.kernels.reference.rssm), so
@@ -50,7 +50,7 @@ class RSSM(nn.Module):
     """DreamerV3 RSSM with actor and MUSE self-assessment head.
 
     Built from ``init_rssm_weights(preset, **sizes)`` or from an existing
-    ``weights`` mapping (numpy arrays or tensors with the SPEC names).
+    ``weights`` mapping (numpy arrays or tensors with the docs/design.md §1.1 names).
     ``classes`` = C, the classes per categorical group.
     """
 

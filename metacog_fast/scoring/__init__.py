@@ -1,4 +1,4 @@
-"""Trajectory scoring: MUSE's language self-assessment M_sa (SPEC §1.3).
+"""Trajectory scoring: MUSE's language self-assessment M_sa (docs/design.md §1.3).
 
 :class:`TrajectoryScorer` (score / fit / fit_incremental / save / load), the MiniLM
 encoder with its caches, episode chunking, and the ALFWorld chunk dataset.

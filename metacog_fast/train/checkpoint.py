@@ -1,4 +1,4 @@
-"""Checkpoints: ``<stem>.safetensors`` (model tensors, SPEC names for the RSSM under ``rssm.``,
+"""Checkpoints: ``<stem>.safetensors`` (model tensors, docs/design.md names for the RSSM under ``rssm.``,
 plus ``opt.*`` Adam state when saved for training) beside ``<stem>.json`` (the config and any
 metadata). Both written atomically (temp file + os.replace); the JSON is written last so a
 checkpoint is complete exactly when its JSON exists and names the tensor file's digest."""
@@ -112,7 +112,7 @@ def load_checkpoint(stem: str | os.PathLike, cfg: ProtocolConfig | None = None,
 
 
 def load_acting_weights(stem: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], ProtocolConfig]:
-    """(RSSM weights with SPEC names, encoder state_dict, config) as numpy, without building the model."""
+    """(RSSM weights with docs/design.md names, encoder state_dict, config) as numpy, without building the model."""
     cfg, _ = read_config(stem)
     st_path = Path(stem).with_suffix(".safetensors")
     tensors = load_file(str(st_path))

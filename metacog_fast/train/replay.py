@@ -3,7 +3,7 @@
 An episode of ``T`` env steps is stored as ``T+1`` rows (row 0 = the reset observation):
 obs [T+1, O], prev_action [T+1, A] (row 0 zeros), reward [T+1] (row 0 zero),
 success [T+1] (bool per row), plus ``t_success`` (first 1-based step with
-``info["success"]``, -1 if never) from which the SA labels are built (SPEC §3).
+``info["success"]``, -1 if never) from which the SA labels are built (docs/design.md §3).
 """
 from __future__ import annotations
 

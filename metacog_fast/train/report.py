@@ -1,4 +1,4 @@
-"""Results of the Meta-World protocol: metrics per agent (SPEC §3), JSON/CSV per run, Table 1
+"""Results of the Meta-World protocol: metrics per agent (docs/design.md §3), JSON/CSV per run, Table 1
 of paper 000 in the same form (markdown), the per-task steps-to-success bar chart (MUSE vs
 Dreamer, solved / unsolved) and the Type-2 ROC curve (PNG)."""
 from __future__ import annotations
@@ -180,7 +180,7 @@ def write_report(runs: Mapping[str, tuple[str | Path, ProtocolConfig]], out_dir:
 
 
 def sa_metrics(psi: Any, labels: Any, success: Any) -> dict[str, Any]:
-    """SPEC §3 self-assessment metrics of a set of rows (the same functions as Table 1).
+    """docs/design.md §3 self-assessment metrics of a set of rows (the same functions as Table 1).
 
     psi [R, N] in [0, 1] (ψ of each row), labels [R, N] (the quantile labels of the row's
     episode), success [R] (its episode's outcome). Returns ``rows``, ``metacognitive_accuracy``

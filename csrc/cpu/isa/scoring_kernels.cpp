@@ -1,4 +1,4 @@
-// Per-ISA loops for trajectory scoring (SPEC §1.3), compiled once per ISA.
+// Per-ISA loops for trajectory scoring (docs/design.md §1.3), compiled once per ISA.
 //   scoring_gemm_nt:  Y[r, o] (=|+=) sum_i X[r, i] * W[o, i]   with leading dimensions,
 //                     so a column block of a weight (the traj or task half of l0.w) is
 //                     used in place, never copied.

@@ -1,4 +1,4 @@
-"""ALFWorld language agents (paper 000 §4, paper 002; SPEC §3 "ALFWorld LLM agents").
+"""ALFWorld language agents (paper 000 §4, paper 002; docs/design.md §3 "ALFWorld LLM agents").
 
 ReAct, Reflexion, MUSE (+ MUSE-lowest / MUSE-random controls) and FCRF over the embedded
 LLM runtime, with few-shot examples generated from ``train`` walkthroughs, an optional

@@ -13,11 +13,11 @@ class AgentConfig:
     """Settings shared by every agent (one episode's behaviour)."""
 
     max_steps: int = 50
-    """Environment steps per episode (SPEC: 50). Think lines do not count as steps."""
+    """Environment steps per episode (docs/design.md: 50). Think lines do not count as steps."""
     max_thinks: int = 2
     """Consecutive think lines allowed before an action is forced (ReAct-style agents)."""
     examples: int = 2
-    """Few-shot examples of the same task type in the actor prompt (SPEC: 2)."""
+    """Few-shot examples of the same task type in the actor prompt (docs/design.md: 2)."""
     example_max_steps: int = 12
     """Walkthrough steps kept per few-shot example (keeps the prompt inside SmolLM2's context)."""
     action_max_tokens: int = 24

@@ -3,7 +3,7 @@
 ``report(root)`` reads every run folder under ``root`` (a folder with ``config.json`` and
 ``episodes/``), computes per agent and per task type:
 
-* success rate: mean over games of the per-game success over its test episodes (SPEC §3);
+* success rate: mean over games of the per-game success over its test episodes (docs/design.md §3);
 * mean steps per test episode with 100 charged for a failure;
 * AUROC2 and metacognitive accuracy (threshold 0.5) of chunk-wise M_sa predictions on test
   episodes (MUSE agents): with the pre-deployment g_eta ("No Adaptation") and the adapted one;

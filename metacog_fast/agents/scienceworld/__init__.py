@@ -1,4 +1,4 @@
-"""ScienceWorld dual-process agent (paper 004, SPEC §3): Swift proposer, Sage planner with a FIFO
+"""ScienceWorld dual-process agent (paper 004, docs/design.md §3): Swift proposer, Sage planner with a FIFO
 action buffer, AMM episodic memory and SRM self-reflection, as four feature-flag configurations.
 
 >>> from metacog_fast.agents.scienceworld import CONFIGS, run_episode

@@ -1,4 +1,4 @@
-"""Torch reference of the memory retrieval score (SPEC §1.4).
+"""Torch reference of the memory retrieval score (docs/design.md §1.4).
 
     score = w_rec * decay ** ((now - last_access) / unit)
           + w_rel * (cos + 1) / 2
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 DECAY = 0.995
-"""Recency decay per ``unit`` (SPEC §1.4)."""
+"""Recency decay per ``unit`` (docs/design.md §1.4)."""
 UNIT_SECONDS = 3600.0
 """Recency unit: one hour of simulation time, in seconds."""
 

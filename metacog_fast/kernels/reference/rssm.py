@@ -1,7 +1,7 @@
 """Torch reference of the RSSM and the MUSE self-assessment / self-regulation kernels.
 
-SPEC §1.1 and §1.2. Everything here is a pure function of ``w`` (a mapping
-``name -> torch.Tensor`` with the SPEC names, e.g. ``"gru.w"``) and of the
+docs/design.md §1.1 and §1.2. Everything here is a pure function of ``w`` (a mapping
+``name -> torch.Tensor`` with the docs/design.md §1.1 names, e.g. ``"gru.w"``) and of the
 inputs, written for reading, not for speed. Autograd differentiates it.
 
 Shapes (``B`` batch, ``Z = S*C``):

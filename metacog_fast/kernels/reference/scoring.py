@@ -1,4 +1,4 @@
-"""Torch reference of the trajectory-scoring kernels (SPEC §1.3, MUSE M_sa).
+"""Torch reference of the trajectory-scoring kernels (docs/design.md §1.3, MUSE M_sa).
 
 Pure functions, written for reading; autograd differentiates them, and every
 compiled backend (cpu, triton) is tested against them.
@@ -41,7 +41,7 @@ def score_logits(task_emb: torch.Tensor, traj_emb: torch.Tensor, head: Head) -> 
     """Logits of M_sa before the sigmoid.
 
     task_emb [B or 1, Dta], traj_emb [B, Dtr] -> [B]. The input is
-    ``concat(traj_emb, task_emb)`` = concat(M(tau ⊕ P), M(I)) (SPEC §1.3 order).
+    ``concat(traj_emb, task_emb)`` = concat(M(tau ⊕ P), M(I)) (docs/design.md §1.3 order).
     """
     task = task_emb.expand(traj_emb.shape[0], -1)
     x = torch.cat([traj_emb, task], dim=-1)
