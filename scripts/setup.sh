@@ -52,7 +52,10 @@ if [ ! -d "$DATA_DIR/json_2.1.1" ]; then
     mkdir -p "$DATA_DIR"
     tar -xJf "$TARBALL" -C "$DATA_DIR"
   else
-    echo "[setup] ALFWorld games not found ($TARBALL missing): set ALFWORLD_DATA to a folder holding json_2.1.1/ (e.g. from alfworld-download)"
+    echo "[setup] ALFWorld games not found ($TARBALL missing). To get them: .venv/bin/alfworld-download"
+    echo "        (the alfworld package's own download command; it needs internet and writes ~/.cache/alfworld,"
+    echo "        which the package finds by itself), or set ALFWORLD_DATA to a folder holding json_2.1.1/."
+    echo "        Until then \`metacog demo\` skips the ALFWorld parts and \`metacog info\` says why."
   fi
 fi
 

@@ -111,6 +111,8 @@ EXTERNAL_COMMANDS: dict[str, ExternalCommand] = {
                         "metacog_fast.cli.commands:_attach_report"),
         ExternalCommand("learn", "experience-memory agents learning on the job (metacog learn alfworld --iterations 3)",
                         "metacog_fast.agents.experience.cli:attach_learn"),
+        ExternalCommand("finetune", "pre-deployment fine-tuning of the ALFWorld actor (metacog finetune data|sft|export|eval)",
+                        "metacog_fast.finetune.cli:attach"),
         ExternalCommand("memory", "show, export or import experience memory (metacog memory show FILE)",
                         "metacog_fast.agents.experience.cli:attach_memory"),
     )

@@ -1,7 +1,9 @@
 """``metacog demo``: run the registered demo parts end to end, print a summary, write JSON.
 
 Output (``--out``, default ``runs/demo/demo.json``, written atomically):
-``{"created", "metacog_fast", "argv", "seed", "parts": {name: figures | {"error": ...}}, "wall_seconds"}``.
+``{"created", "metacog_fast", "argv", "seed", "parts": {name: figures | {"error": ...} | {"skipped": why}},
+"wall_seconds"}``. A part whose environment is not usable here (``metacog info`` says why, e.g. no
+ALFWorld games) is skipped with that reason; skipping is not a failure, so the exit code stays 0.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import time
 import traceback
 from typing import Any
 
-from metacog_fast.cli.demo_registry import DEMO_PARTS
+from metacog_fast.cli.demo_registry import DEMO_PARTS, DemoPart
 from metacog_fast.cli.io import write_json_atomic
 from metacog_fast.envs.base import EnvSetupError
 
@@ -65,6 +67,9 @@ def _print_summary(results: dict[str, dict[str, Any]]) -> None:
     for col in ("part", "episodes", "success", "steps/s", "reset s", "wall s", "note"):
         t.add_column(col, justify="right" if col not in ("part", "note") else "left")
     for name, r in results.items():
+        if "skipped" in r:
+            t.add_row(name, "-", "-", "-", "-", "-", f"[yellow]skipped: {r['skipped']}[/yellow]")
+            continue
         if "error" in r:
             t.add_row(name, "-", "-", "-", "-", "-", f"[red]{r['error']}[/red]")
             continue
@@ -88,6 +93,18 @@ def _print_summary(results: dict[str, dict[str, Any]]) -> None:
     Console().print(t)
 
 
+def _unusable(part: DemoPart, probed: dict[str, Any]) -> str | None:
+    """Why ``part`` cannot run here (the first unusable environment it needs), or None."""
+    from metacog_fast.envs import probe_envs
+
+    for env in part.needs:
+        if env not in probed:
+            probed[env] = probe_envs(names=[env])[0]
+        if not probed[env].usable:
+            return f"{env} is not usable here: {probed[env].reason}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     import metacog_fast
 
@@ -102,7 +119,13 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}
     failed = False
+    probed: dict[str, Any] = {}
     for name in names:
+        why = _unusable(DEMO_PARTS[name], probed)
+        if why is not None:
+            results[name] = {"skipped": why}
+            print(f"[demo] {name} skipped: {why}", file=sys.stderr)
+            continue
         try:
             results[name] = DEMO_PARTS[name].run(args, progress)
         except (EnvSetupError, ValueError) as exc:

@@ -44,5 +44,6 @@ register_demo_part(
         _muse_wm_args,
         _muse_wm_run,
         default=False,
+        needs=("metaworld",),
     )
 )

@@ -99,4 +99,5 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
 
 
 register_demo_part(DemoPart("alfworld_muse", "one MUSE episode on ALFWorld: each step's rollouts with M_sa scores "
-                            "(embedded SmolLM2)", _args, _run, default=False))
+                            "(embedded SmolLM2)", _args, _run, default=False,
+                            needs=("alfworld",)))

@@ -189,6 +189,6 @@ def _sw_run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, An
     return out
 
 
-register_demo_part(DemoPart("metaworld", "Meta-World scripted policy on the first MT10 tasks", _mw_args, _mw_run))
-register_demo_part(DemoPart("alfworld", "ALFWorld games played by their walkthroughs", _aw_args, _aw_run))
-register_demo_part(DemoPart("scienceworld", "ScienceWorld tasks played by their gold paths", _sw_args, _sw_run))
+register_demo_part(DemoPart("metaworld", "Meta-World scripted policy on the first MT10 tasks", _mw_args, _mw_run, needs=("metaworld",)))
+register_demo_part(DemoPart("alfworld", "ALFWorld games played by their walkthroughs", _aw_args, _aw_run, needs=("alfworld",)))
+register_demo_part(DemoPart("scienceworld", "ScienceWorld tasks played by their gold paths", _sw_args, _sw_run, needs=("scienceworld",)))

@@ -36,6 +36,9 @@ class DemoPart:
     """Runs the part; returns its figures (JSON-able)."""
     default: bool = True
     """Run when ``--parts`` is not given."""
+    needs: tuple[str, ...] = ()
+    """Environments (as ``metacog info`` names them) the part needs. When one is not usable
+    here (no ALFWorld games, no Java, ...) the demo skips the part and prints the probe's reason."""
 
 
 DEMO_PARTS: dict[str, DemoPart] = {}

@@ -58,4 +58,4 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
 
 
 register_demo_part(DemoPart("sw_agent", "one short ScienceWorld episode of the full dual-process agent (opt-in)",
-                            _args, _run, default=False))
+                            _args, _run, default=False, needs=("scienceworld",)))

@@ -42,13 +42,16 @@ TASK_TYPES = (
 )
 _REPO_DATA = Path(__file__).resolve().parents[2] / "data" / "alfworld"
 _TARBALL = Path(__file__).resolve().parents[3] / "shared" / "data" / "alfworld" / "json_2.1.1-dev.tar.xz"
+_DOWNLOAD_DATA = Path.home() / ".cache" / "alfworld"
+"""Where ``alfworld-download`` (the alfworld package's own command) puts the games by default."""
 
 
 def _missing_data_message(tried: list[Path]) -> str:
     fix = (
         f"mkdir -p {_REPO_DATA} && tar -xJf {_TARBALL} -C {_REPO_DATA}"
         if _TARBALL.exists()
-        else "run `alfworld-download` (needs internet) and set ALFWORLD_DATA to its folder"
+        else f"run `alfworld-download` (the alfworld package's download command, needs internet; it writes "
+        f"{_DOWNLOAD_DATA}/json_2.1.1, found here without further setting, or $ALFWORLD_DATA/json_2.1.1 when set)"
     )
     return (
         "ALFWorld games not found (looked for json_2.1.1/<split>/*/*/game.tw-pddl in "
@@ -69,14 +72,16 @@ def find_split_dir(split: str, data: str | os.PathLike[str] | None = None) -> Pa
         # ALFWORLD_DATA without games falls through to the repository's data folder.
         if os.environ.get("ALFWORLD_DATA"):
             roots.append(Path(os.environ["ALFWORLD_DATA"]))
-        if _REPO_DATA not in roots:
-            roots.append(_REPO_DATA)
+        for default in (_REPO_DATA, _DOWNLOAD_DATA):
+            if default not in roots:
+                roots.append(default)
     for root in roots:
         for cand in (root / "json_2.1.1" / split, root / split):
             if cand.is_dir():
                 return cand
     if any((r / "json_2.1.1").is_dir() for r in roots):
-        have = sorted(p.name for r in roots for p in (r / "json_2.1.1").iterdir() if p.is_dir())
+        have = sorted(p.name for r in roots if (r / "json_2.1.1").is_dir()
+                      for p in (r / "json_2.1.1").iterdir() if p.is_dir())
         raise EnvSetupError(f"split: {split!r} is not in the ALFWorld data folder (it has {have})")
     raise EnvSetupError(_missing_data_message(roots))
 

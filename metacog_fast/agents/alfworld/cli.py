@@ -26,8 +26,8 @@ def _agent_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--llm", default=None, help="LLM URI (default: $METACOG_LLM, then embedded SmolLM2)")
     p.add_argument("--n-threads", type=int, default=1, help="llama.cpp threads per worker (default 1)")
     p.add_argument("--n-ctx", type=int, default=RunConfig.n_ctx,
-                   help=f"LLM context window in tokens (default {RunConfig.n_ctx}; a 50-step ReAct prompt "
-                        "with 2 examples needs ~4.5k, use 8192 for --max-steps 50)")
+                   help=f"LLM context window in tokens (default {RunConfig.n_ctx}, SmolLM2's trained context; "
+                        "a 50-step ReAct prompt with 2 examples needs ~4.5k)")
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--data", default=None, help="ALFWorld data folder")
     p.add_argument("--fewshot", default=None, help="few-shot cache JSON (default results/alfworld/fewshot.json)")

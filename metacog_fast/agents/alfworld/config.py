@@ -17,7 +17,8 @@ class AgentConfig:
     max_thinks: int = 2
     """Consecutive think lines allowed before an action is forced (ReAct-style agents)."""
     examples: int = 2
-    """Few-shot examples of the same task type in the actor prompt (docs/design.md: 2)."""
+    """Few-shot examples of the same task type in the actor prompt (docs/design.md: 2; 0 for an
+    actor fine-tuned on transcripts without examples, see docs/finetune.md)."""
     example_max_steps: int = 12
     """Walkthrough steps kept per few-shot example (keeps the prompt inside SmolLM2's context)."""
     action_max_tokens: int = 24
@@ -45,7 +46,9 @@ class AgentConfig:
     def validate(self) -> "AgentConfig":
         if self.map_actions not in MAP_MODES:
             raise ValueError(f"map_actions: expected one of {MAP_MODES}, got {self.map_actions!r}")
-        for name in ("max_steps", "examples", "action_max_tokens", "reflection_max_tokens", "plan_max_tokens",
+        if not isinstance(self.examples, int) or self.examples < 0:
+            raise ValueError(f"examples: expected an int >= 0, got {self.examples!r}")
+        for name in ("max_steps", "action_max_tokens", "reflection_max_tokens", "plan_max_tokens",
                      "rollouts", "rollout_max_tokens", "rollout_pairs", "example_max_steps"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
@@ -90,8 +93,9 @@ class RunConfig:
     """LLM URI (None: $METACOG_LLM, then the embedded SmolLM2)."""
     n_threads: int = 1
     """llama.cpp threads per worker (1 on a shared machine, see docs/llm.md)."""
-    n_ctx: int = 4096
-    """LLM context length."""
+    n_ctx: int = 8192
+    """LLM context length in tokens. The default is SmolLM2's trained context: a 50-step ReAct episode
+    with 2 few-shot examples reaches ~4.5k tokens, so the default episode budget fits without a flag."""
     workers: int = 1
     """Worker processes; work is split by task type (a type's games stay in one process)."""
     incremental_steps: int = 50

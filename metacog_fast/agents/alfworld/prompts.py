@@ -21,7 +21,9 @@ def actor_prefix(examples: Sequence[dict[str, Any]], intro: str, notes: Sequence
                  plan: str | None = None) -> str:
     """The fixed part of an episode's actor prompt (examples, notes, first observation, plan)."""
     n = len(examples)
-    parts = [INSTRUCTION, "Here is 1 finished example." if n == 1 else f"Here are {n} finished examples."]
+    parts = [INSTRUCTION]
+    if n:  # a fine-tuned actor is prompted without examples
+        parts.append("Here is 1 finished example." if n == 1 else f"Here are {n} finished examples.")
     for i, ex in enumerate(examples):
         parts.append(f"### Example {i + 1}\n{render_example(ex, with_plan=plan is not None)}")
     if notes:

@@ -1,0 +1,47 @@
+"""The base model of fine-tuning: a GGUF file read by transformers (it dequantises to float32)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+BASE_MODELS = ("smollm2",)
+"""Named bases; anything else must be a path to a GGUF file."""
+
+
+def base_gguf(base: str) -> str:
+    """Absolute path of the base model's GGUF: a name of :data:`BASE_MODELS` or a ``.gguf`` path."""
+    from metacog_fast.llm.models import check_gguf, default_gguf
+
+    if base == "smollm2":
+        return default_gguf()
+    if base.endswith(".gguf") or os.path.sep in base:
+        return check_gguf(base)
+    raise ValueError(f"base: unknown model name {base!r}; expected one of {BASE_MODELS} or a path to a .gguf file")
+
+
+def load_tokenizer(base: str) -> Any:
+    from transformers import AutoTokenizer
+
+    path = Path(base_gguf(base))
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(base: str, dtype: Any = None) -> Any:
+    """The base model as a transformers causal LM (float32 unless ``dtype``)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = Path(base_gguf(base))
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                 dtype=dtype or torch.float32)
+    # transformers dequantises every GGUF tensor to dense float weights but still marks the model as
+    # "quantized with GGUF", which its Trainer refuses to train; the weights are plain tensors.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    return model

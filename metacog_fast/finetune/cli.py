@@ -1,0 +1,63 @@
+"""``metacog finetune data|sft|export|eval``: pre-deployment fine-tuning of the ALFWorld actor.
+
+Flags are generated from the configuration dataclasses (:mod:`metacog_fast.cli.dataclass_args`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from metacog_fast.cli.dataclass_args import add_dataclass_arguments, dataclass_from_args
+
+
+def _data(a: argparse.Namespace) -> int:
+    from metacog_fast.finetune.data import DataConfig, build_dataset
+
+    manifest = build_dataset(a.out, dataclass_from_args(DataConfig, a))
+    print(json.dumps({k: v for k, v in manifest.items() if k != "games"}))
+    return 0
+
+
+def _sft(a: argparse.Namespace) -> int:
+    from metacog_fast.finetune.sft import SFTConfig, train_sft
+
+    facts = train_sft(a.data_dir, a.out, dataclass_from_args(SFTConfig, a))
+    print(json.dumps(facts))
+    return 0
+
+
+def _export(a: argparse.Namespace) -> int:
+    from metacog_fast.finetune.export import ExportConfig, export_gguf
+
+    facts = export_gguf(a.checkpoint, a.out, dataclass_from_args(ExportConfig, a))
+    print(json.dumps(facts))
+    return 0
+
+
+def _eval(a: argparse.Namespace) -> int:
+    from metacog_fast.finetune.evaluate import EvalConfig, evaluate
+
+    facts = evaluate(a.out, dataclass_from_args(EvalConfig, a))
+    print(json.dumps(facts))
+    return 0
+
+
+def attach(subparsers: Any) -> argparse.ArgumentParser:
+    from metacog_fast.cli.commands import EXTERNAL_COMMANDS
+    from metacog_fast.finetune.data import DataConfig
+
+    p = subparsers.add_parser("finetune", help=EXTERNAL_COMMANDS["finetune"].help)
+    sub = p.add_subparsers(dest="finetune_cmd", required=True, metavar="{data,sft,export,eval}")
+    d = sub.add_parser("data", help="play expert walkthroughs (and add our agents' wins) into an SFT dataset")
+    d.add_argument("--out", required=True, help="dataset folder (resumed when it exists)")
+    add_dataclass_arguments(d, DataConfig)
+    d.set_defaults(func=_data)
+    from metacog_fast.finetune.sft import SFTConfig
+
+    s = sub.add_parser("sft", help="LoRA / full SFT of the actor on a dataset (resumable)")
+    s.add_argument("--data-dir", required=True, help="dataset folder written by `metacog finetune data`")
+    s.add_argument("--out", required=True, help="training folder (checkpoints, log; resumed when it exists)")
+    add_dataclass_arguments(s, SFTConfig)
+    s.set_defaults(func=_sft)
+    return p

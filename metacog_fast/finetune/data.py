@@ -1,0 +1,260 @@
+"""SFT datasets for the ALFWorld actor (pre-deployment, MUSE Algorithm 3).
+
+Sources, each example tagged with its own:
+
+* ``alfworld_expert``: the expert walkthroughs of a split (``train`` by default), played in the
+  real environment so that every observation is the one the agent will see;
+* ``agent_episodes``: successful episodes recorded by our own agents (the paper's data), read from
+  run folders; only episodes of games in ``episode_splits`` are taken, so that no evaluation game
+  leaks into training.
+
+Layout of a dataset folder (resumable: a killed build keeps every finished game)::
+
+    games/<game key>.json     one played walkthrough (atomic write)
+    dataset.jsonl             every example: id, source, split, gamefile, task_type, intro, pairs, won
+    manifest.json             config, counts per source / task type, games, sha256 of dataset.jsonl
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing as mp
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from metacog_fast._atomic import atomic_open
+from metacog_fast.agents.alfworld.fewshot import strip_intro
+from metacog_fast.agents.alfworld.store import read_json, write_json_atomic
+from metacog_fast.envs.alfworld_env import SPLITS, TASK_TYPES
+
+SOURCES = ("alfworld_expert", "agent_episodes")
+HELD_OUT_SPLITS = ("valid_unseen",)
+"""Splits that never feed training (final measurement only)."""
+
+
+@dataclass
+class DataConfig:
+    """What goes into an SFT dataset."""
+
+    split: str = "train"
+    """ALFWorld split whose expert walkthroughs are played."""
+    data: str | None = None
+    """ALFWorld data folder (None: the environment's default lookup)."""
+    max_games: int | None = None
+    """Budget: at most this many walkthrough games, taken round-robin over the six task types
+    (None: every game of the split)."""
+    episode_runs: tuple[str, ...] = ()
+    """Run folders whose successful agent episodes are added (``episodes/<game>/*.json``)."""
+    episode_splits: tuple[str, ...] = ("valid_seen",)
+    """Only agent episodes of games from these splits are taken (pre-deployment games)."""
+    workers: int = 1
+    """Processes playing walkthroughs (each its own environment)."""
+
+    def validate(self) -> "DataConfig":
+        if self.split not in SPLITS or self.split in HELD_OUT_SPLITS:
+            allowed = [s for s in SPLITS if s not in HELD_OUT_SPLITS]
+            raise ValueError(f"split: expected one of {allowed} (valid_unseen is held out), got {self.split!r}")
+        bad = [s for s in self.episode_splits if s not in SPLITS or s in HELD_OUT_SPLITS]
+        if bad:
+            raise ValueError(f"episode_splits: {bad} not allowed (valid_unseen is held out; splits: {SPLITS})")
+        if self.max_games is not None and (not isinstance(self.max_games, int) or self.max_games < 1):
+            raise ValueError(f"max_games: expected None or an int >= 1, got {self.max_games!r}")
+        if not isinstance(self.workers, int) or self.workers < 1:
+            raise ValueError(f"workers: expected an int >= 1, got {self.workers!r}")
+        return self
+
+
+def game_key(gamefile: str | Path) -> str:
+    p = Path(gamefile)
+    return f"{p.parent.parent.name}__{p.parent.name}"
+
+
+def select_walkthrough_games(split: str, max_games: int | None, data: str | None = None) -> list[Path]:
+    """The split's games in sorted order, or ``max_games`` of them round-robin over task types."""
+    from metacog_fast.envs.alfworld_env import list_games, task_type_of
+
+    games = list_games(split, data)
+    if max_games is None or max_games >= len(games):
+        return games
+    by_type: dict[str, list[Path]] = {t: [] for t in TASK_TYPES}
+    for g in games:
+        by_type.setdefault(task_type_of(g), []).append(g)
+    out: list[Path] = []
+    r = 0
+    while len(out) < max_games:
+        for t in TASK_TYPES:
+            if r < len(by_type[t]) and len(out) < max_games:
+                out.append(by_type[t][r])
+        r += 1
+    return out
+
+
+def play_walkthrough(env: Any, gamefile: Path, split: str) -> dict[str, Any]:
+    """Play ``gamefile``'s expert walkthrough; the example record (``won`` says if it solved it)."""
+    obs, info = env.reset(game=str(gamefile))
+    pairs: list[list[str]] = []
+    for a in list(env.walkthrough):
+        o, _r, done, info = env.step(a)
+        pairs.append([a, " ".join(o.split())])
+        if done:
+            break
+    return {"id": f"alfworld_expert/{split}/{game_key(gamefile)}", "source": "alfworld_expert", "split": split,
+            "gamefile": str(Path(*gamefile.parts[-3:])), "task_type": info["task_type"], "intro": strip_intro(obs),
+            "pairs": pairs, "won": bool(info.get("won"))}
+
+
+def _play_games(args: tuple[str, list[str], str, str | None, int]) -> int:
+    out_dir, gamefiles, split, data, position = args
+    from tqdm import tqdm
+
+    from metacog_fast.envs import make_env
+
+    games_dir = Path(out_dir) / "games"
+    env = make_env("alfworld", split=split, data=data, max_episode_steps=200)
+    played = 0
+    try:
+        for g in tqdm(gamefiles, desc=f"walkthroughs[{position}]", position=position, file=sys.stderr,
+                      dynamic_ncols=True, mininterval=2.0):
+            p = Path(g)
+            rec = play_walkthrough(env, p, split)
+            write_json_atomic(games_dir / f"{game_key(p)}.json", rec)
+            played += 1
+    finally:
+        env.close()
+    return played
+
+
+def _agent_episode_examples(runs: Sequence[str], splits: Sequence[str]) -> list[dict[str, Any]]:
+    """Successful episodes of the run folders whose game lies in ``splits``."""
+    out: list[dict[str, Any]] = []
+    for run in runs:
+        root = Path(run)
+        if not root.is_dir():
+            raise FileNotFoundError(f"episode_runs: {root} is not a folder")
+        files = sorted(root.rglob("episodes/*/*.json"))
+        for f in files:
+            r = read_json(f)
+            if not r.get("won"):
+                continue
+            split = Path(r["gamefile"]).parts[-4] if len(Path(r["gamefile"]).parts) >= 4 else ""
+            if split not in splits:
+                continue
+            prefix = r.get("begin", {}).get("prefix", "")
+            intro = _intro_of_prefix(prefix)
+            if intro is None:
+                continue
+            out.append({"id": f"agent_episodes/{f.relative_to(root.parent)}", "source": "agent_episodes",
+                        "split": split, "gamefile": str(Path(*Path(r["gamefile"]).parts[-3:])),
+                        "task_type": r["task_type"], "intro": intro, "pairs": r["pairs"], "won": True,
+                        "agent": r.get("agent")})
+    return out
+
+
+def _intro_of_prefix(prefix: str) -> str | None:
+    """The first observation inside an actor prefix (after "### Your turn", before a plan line)."""
+    marker = "### Your turn\n"
+    if marker not in prefix:
+        return None
+    body = prefix.split(marker, 1)[1]
+    lines = [ln for ln in body.rstrip("\n").split("\n") if not ln.startswith("Plan: ")]
+    return "\n".join(lines)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def build_dataset(out_dir: str | Path, cfg: DataConfig) -> dict[str, Any]:
+    """Build (or resume) the dataset in ``out_dir``; returns the manifest."""
+    cfg.validate()
+    out = Path(out_dir)
+    (out / "games").mkdir(parents=True, exist_ok=True)
+    cfg_file = out / "config.json"
+    if cfg_file.exists():
+        old = read_json(cfg_file)
+        if {k: v for k, v in old.items() if k != "workers"} != {k: v for k, v in _cfg_dict(cfg).items() if k != "workers"}:
+            raise ValueError(f"{cfg_file}: the folder holds a dataset of another configuration; use another folder")
+    write_json_atomic(cfg_file, _cfg_dict(cfg))
+    t0 = time.perf_counter()
+    games = select_walkthrough_games(cfg.split, cfg.max_games, cfg.data)
+    todo = [str(g) for g in games if not (out / "games" / f"{game_key(g)}.json").exists()]
+    if todo:
+        n = min(cfg.workers, len(todo))
+        shards = [todo[i::n] for i in range(n)]
+        jobs = [(str(out), s, cfg.split, cfg.data, i) for i, s in enumerate(shards)]
+        if n == 1:
+            _play_games(jobs[0])
+        else:
+            with mp.get_context("spawn").Pool(n) as pool:
+                pool.map(_play_games, jobs)
+    records = [read_json(out / "games" / f"{game_key(g)}.json") for g in games]
+    expert = [r for r in records if r["won"]]
+    episodes = _agent_episode_examples(cfg.episode_runs, cfg.episode_splits)
+    examples = expert + episodes
+    path = out / "dataset.jsonl"
+    with atomic_open(path, "w") as f:
+        for ex in examples:
+            f.write(json.dumps(ex) + "\n")
+    manifest = {
+        "config": _cfg_dict(cfg),
+        "examples": len(examples),
+        "by_source": dict(Counter(e["source"] for e in examples)),
+        "by_task_type": dict(Counter(e["task_type"] for e in examples)),
+        "walkthroughs_played": len(records),
+        "walkthroughs_not_won": [r["gamefile"] for r in records if not r["won"]],
+        "steps": sum(len(e["pairs"]) for e in examples),
+        "games": sorted({e["gamefile"] for e in examples}),
+        "dataset_sha256": _sha256(path),
+        "build_seconds": time.perf_counter() - t0,
+    }
+    write_json_atomic(out / "manifest.json", manifest)
+    return manifest
+
+
+def _cfg_dict(cfg: DataConfig) -> dict[str, Any]:
+    d = asdict(cfg)
+    d["episode_runs"] = [str(x) for x in cfg.episode_runs]
+    d["episode_splits"] = list(cfg.episode_splits)
+    return d
+
+
+def load_dataset(folder: str | Path) -> list[dict[str, Any]]:
+    """The examples of a built dataset folder; clear errors when it is missing or damaged."""
+    root = Path(folder)
+    path = root / "dataset.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"dataset: {path} not found; build it with `metacog finetune data --out {root}`")
+    manifest = root / "manifest.json"
+    if manifest.is_file():
+        want = read_json(manifest).get("dataset_sha256")
+        if want and want != _sha256(path):
+            raise ValueError(f"dataset: {path} does not match the sha256 in {manifest}; rebuild the dataset")
+    out = []
+    with open(path) as f:
+        for i, line in enumerate(f, 1):
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"dataset: {path} line {i} is not JSON ({e})") from e
+    if not out:
+        raise ValueError(f"dataset: {path} holds no examples")
+    return out
+
+
+def iter_sources(examples: Iterable[dict[str, Any]], sources: Sequence[str]) -> list[dict[str, Any]]:
+    bad = [s for s in sources if s not in SOURCES]
+    if bad:
+        raise ValueError(f"sources: unknown {bad}; expected some of {SOURCES}")
+    return [e for e in examples if e["source"] in sources]
+
+
+__all__ = ["DataConfig", "SOURCES", "build_dataset", "load_dataset", "play_walkthrough", "select_walkthrough_games",
+           "iter_sources"]
