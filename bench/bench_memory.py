@@ -24,7 +24,7 @@ import time
 import numpy as np
 import pytest
 
-from metacog_fast.kernels.reference.memory import exact_scan_numpy
+from metacog_fast.ops.memory.naive import exact_scan_numpy
 from metacog_fast.memory import MemoryStore
 
 N = int(os.environ.get("METACOG_BENCH_MEMORY_N", "20000"))

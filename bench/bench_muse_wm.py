@@ -21,10 +21,9 @@ import numpy as np
 import pytest
 import torch
 
-from metacog_fast.agents.muse_wm import MuseWMAgent
-from metacog_fast.kernels.rssm import _begin
+from metacog_fast.agents.muse_wm import ActConfig, MuseWMAgent
 from metacog_fast.models.dreamer import Dreamer, DreamerConfig
-from metacog_fast.train.config import ActConfig
+from metacog_fast.ops.rssm import resolved_backend
 
 TARGET_DECISIONS_PER_S = 250.0
 _TORCH_RATE: dict[str, float] = {}
@@ -62,7 +61,7 @@ def _torch_rate(regulate: bool) -> float:
 def test_acting_loop(benchmark, torch_threads, backend, regulate):
     torch_threads(1)
     agent = _agent(backend, regulate)
-    resolved = _begin(agent.w, agent.h, "h", backend, "fp32", agent.classes).backend
+    resolved = resolved_backend(agent.w, agent.h, backend)
     obs = _obs(20)
     agent.act(obs[0])
     torch_rate = _torch_rate(regulate)  # the anchor, measured in this run

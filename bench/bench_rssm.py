@@ -28,8 +28,8 @@ import numpy as np
 import pytest
 import torch
 
-from metacog_fast.kernels import reference as ref
-from metacog_fast.kernels import rssm as R
+from metacog_fast.ops.rssm import api as R
+from metacog_fast.ops.rssm import naive as ref
 
 H_SR = 10
 H_IM = 15

@@ -6,7 +6,7 @@
   beta=0.02): latency vs the torch reference run eagerly (target >= 20x).
 - ``test_imagine_b4096``: rssm_imagine, XS, batch 4096, horizon 15 (target >= 3x).
 
-The anchor (metacog_fast.kernels.reference.rssm, the same functions the tests compare with)
+The anchor (metacog_fast.ops.rssm.naive, the same functions the tests compare with)
 is timed in the same test, right before the candidate, with the same inputs; the ratio
 anchor / candidate is in ``benchmark.extra_info["speedup_vs_eager"]``. Timings include a
 ``torch.cuda.synchronize()`` per call. Skipped without a CUDA device.
@@ -18,12 +18,12 @@ import time
 import pytest
 import torch
 
-from metacog_fast.kernels.reference import rssm as ref
+from metacog_fast.ops.rssm import naive as ref
 
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
-from metacog_fast.kernels.rssm import init_rssm_weights  # noqa: E402
+from metacog_fast.ops.rssm import init_rssm_weights  # noqa: E402
 
 DEV = torch.device("cuda")
 SIZES = {"XS": dict(D=256, Hd=256), "S": dict(D=512, Hd=512)}
@@ -42,9 +42,9 @@ def _backend_module(name: str):
 
         if not metacog_fast.backends()["cuda"]:
             pytest.skip("metacog_fast built without CUDA (METACOG_BACKEND=cuda)")
-        from metacog_fast.kernels import rssm_cuda as mod
+        from metacog_fast.ops.rssm import cuda as mod
     else:
-        mod = pytest.importorskip("metacog_fast.kernels.rssm_triton")
+        mod = pytest.importorskip("metacog_fast.ops.rssm.triton")
     return mod
 
 
@@ -70,7 +70,7 @@ def _mean_ms(fn, reps: int, warmup: int = 3) -> float:
 def _record(benchmark, anchor_ms: float, **facts) -> None:
     cand_ms = benchmark.stats.stats.mean * 1e3
     benchmark.extra_info.update(facts)
-    benchmark.extra_info["anchor"] = "torch eager reference (metacog_fast.kernels.reference.rssm), same GPU"
+    benchmark.extra_info["anchor"] = "torch eager reference (metacog_fast.ops.rssm.naive), same GPU"
     benchmark.extra_info["anchor_ms"] = anchor_ms
     benchmark.extra_info["candidate_ms"] = cand_ms
     benchmark.extra_info["speedup_vs_eager"] = anchor_ms / cand_ms

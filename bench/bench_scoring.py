@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from metacog_fast.kernels import score_trajectories
-from metacog_fast.kernels.reference import scoring as ref
+from metacog_fast.ops.scoring import naive as ref
 from metacog_fast.metrics import auroc2
 from metacog_fast.scoring import EncoderConfig, MiniLMEncoder, ScorerConfig, TrajectoryScorer, render_trajectory
 from metacog_fast.scoring.datasets import build_chunk_dataset, default_alfworld_root, split_by_game

@@ -11,10 +11,10 @@
 #      pybind11 cmake ninja numpy`) or from the package index when the machine has one;
 #   2. build the compiled core with METACOG_BACKEND=cuda into $BUILD (scripts/dev_build.sh);
 #   3. print metacog_fast.backends();
-#   4. pytest tests/test_rssm_cuda.py -m "gpu or not gpu" (less the CPU-only host-emulation tests);
+#   4. pytest tests/ops/rssm/test_rssm_cuda.py -m "gpu or not gpu" (less the CPU-only host-emulation tests);
 #   5. pytest bench/bench_rssm_gpu.py -k cuda --benchmark-json=$OUT/rssm_gpu.json, then -k triton
 #      into $OUT/rssm_gpu_triton.json (each speed-up printed with its target);
-#   6. pytest tests/test_rssm_triton.py -m "gpu or not gpu" (last: Triton compiles every variant).
+#   6. pytest tests/ops/rssm/test_rssm_triton.py -m "gpu or not gpu" (last: Triton compiles every variant).
 # Everything (log, junit xml, benchmark json, nvidia-smi) goes to $OUT (default
 # bench/results/gpu_check). The machine may have no network: missing packages are reported,
 # and every step that can still run does. Exit status: 0 when every step that ran passed.
@@ -141,7 +141,7 @@ if "$PY" -c "import pytest" >/dev/null 2>&1; then
   step "tests (CUDA first, then Triton compiled for the GPU)"
   # left out here: the host-emulation tests (CPU only, slow; the real GPU runs the same checks)
   # and the slow full nvcc object compile (the build above just did it)
-  run_limited 120 "$PY" -m pytest tests/test_rssm_cuda.py -m "gpu or not gpu" -k "not emulated and not compile_object" -v -rs \
+  run_limited 120 "$PY" -m pytest tests/ops/rssm/test_rssm_cuda.py -m "gpu or not gpu" -k "not emulated and not compile_object" -v -rs \
     --junitxml="$OUT/junit_cuda.xml" -p no:cacheprovider || fail "CUDA tests failed or timed out"
   if "$PY" -c "import pytest_benchmark" >/dev/null 2>&1; then
     # CUDA first, then Triton (whose first calls compile): a Triton timeout cannot cost the CUDA numbers
@@ -168,7 +168,7 @@ EOF
     fail "pytest-benchmark missing: benchmarks not run (provide it in METACOG_WHEELHOUSE)"
   fi
   step "Triton tests on the GPU"
-  run_limited 300 "$PY" -m pytest tests/test_rssm_triton.py -m "gpu or not gpu" -v -rs \
+  run_limited 300 "$PY" -m pytest tests/ops/rssm/test_rssm_triton.py -m "gpu or not gpu" -v -rs \
     --junitxml="$OUT/junit_triton.xml" -p no:cacheprovider || fail "Triton tests failed or timed out"
 else
   fail "pytest missing: no tests run"

@@ -5,7 +5,7 @@ metacog_fast`` works on any machine; :func:`backends` reports what this build ha
 """
 from __future__ import annotations
 
-from metacog_fast._backend import BackendUnavailable, backends, core, resolve_backend
+from metacog_fast._backend import BackendUnavailable, backends, core, core_built, resolve_backend
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "backends", "core", "resolve_backend", "BackendUnavailable"]
+__all__ = ["__version__", "backends", "core", "core_built", "resolve_backend", "BackendUnavailable"]

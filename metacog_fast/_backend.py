@@ -119,6 +119,11 @@ def backends() -> dict[str, Any]:
     return info
 
 
+def core_built() -> bool:
+    """Whether the compiled extension is importable (``METACOG_CORE_PATH`` included)."""
+    return _import_core() is not None
+
+
 def cuda_built() -> bool:
     mod = _import_core()
     return mod is not None and mod.build_info()["cuda"] is not None

@@ -137,3 +137,38 @@ def test_set_isa_rejects_unknown_names():
     core = metacog_fast.core()
     with pytest.raises(ValueError, match="unknown ISA"):
         core.set_isa("neon")
+
+
+def _stub_names() -> tuple[set[str], dict[str, set[str]]]:
+    """Module-level functions, public classes and annotated attributes of metacog_fast/_core.pyi, and
+    the methods/attributes of each class."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(metacog_fast.__file__).parent / "_core.pyi").read_text())
+    names: set[str] = set()
+    members: dict[str, set[str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.ClassDef):
+            if not node.name.startswith("_"):
+                names.add(node.name)
+            members[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)} | {
+                n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    return names, members
+
+
+def test_core_stub_names_exactly_what_the_module_exports():
+    core = metacog_fast.core()
+    names, members = _stub_names()
+    exported = {n for n in dir(core) if not n.startswith("_")}
+    if core.build_info()["cuda"] is None:
+        names.discard("rssm_cuda")  # only in METACOG_BACKEND=cuda builds
+    assert exported == names, f"in the module only: {exported - names}; in the stub only: {names - exported}"
+    public = {n for n in dir(core.RssmCpu) if not n.startswith("_")}
+    assert public == members["RssmCpu"] - {"__init__"}
+    if "rssm_cuda" in exported:
+        assert {n for n in dir(core.rssm_cuda) if not n.startswith("_")} == members["_RssmCuda"]

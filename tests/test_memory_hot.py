@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from metacog_fast.kernels import memory_rerank
 from metacog_fast.memory import MemoryStore
 
 D = 48
@@ -77,9 +78,8 @@ def test_plain_hnsw_candidates_alone_miss_what_the_hot_set_finds(tmp_path, data)
         t = s._table
         qn = (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
         labels, _ = s._index.knn_query(qn, k=64)
-        bare = s._core.memory_rerank(qn, t.keys, t.last_access,
-                                     t.importance, t.rows_of(labels.astype(np.int64)), 10, NOW, 1.0, 1.0, 1.0,
-                                     s.config.decay, s.config.unit)
+        bare = memory_rerank(qn, t.keys, t.last_access, t.importance, t.rows_of(labels.astype(np.int64)), 10, NOW,
+                             (1.0, 1.0, 1.0), s.config.decay, s.config.unit)
         bare = [(t.row_id[r[r >= 0]], None) for r in bare[0]]
         assert _recall(bare, exact) < _recall(fast, exact) - 0.2
 

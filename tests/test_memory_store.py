@@ -7,7 +7,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from metacog_fast.kernels.reference.memory import exact_scan_numpy
+from metacog_fast.ops.memory.naive import exact_scan_numpy
 from metacog_fast.memory import MemoryConfig, MemoryStore, SchemaError
 
 D = 48

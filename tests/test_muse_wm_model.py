@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from metacog_fast.agents.muse_wm import MuseWMAgent, NumpyEncoder
-from metacog_fast.kernels.reference import rssm as ref
+from metacog_fast.ops.rssm import naive as ref
 from metacog_fast.models.dreamer import Dreamer, DreamerConfig, symexp, symlog
 from metacog_fast.train import checkpoint as ck
 from metacog_fast.train.config import ActConfig, profile
@@ -161,7 +161,7 @@ def test_agent_matches_reference_given_identical_noise(sr):
 
 
 def test_agent_fused_cpu_kernel_matches_torch_reference():
-    from metacog_fast.kernels import rssm as K
+    from metacog_fast.ops.rssm import api as K
 
     if "cpu" not in K._available():
         pytest.skip("this build of the core has no RssmCpu (fused CPU RSSM kernel)")

@@ -1,5 +1,6 @@
-"""Public kernels. Each name lives in its own module beside its torch reference;
-this package imports them lazily so that ``import metacog_fast.kernels`` is cheap.
+"""Public kernels: the stable import path of the ops in ``metacog_fast/ops/<op>/`` (each with its
+checks, one dispatch table, its readable torch reference ``naive.py`` and its backend glue).
+Names are imported lazily so that ``import metacog_fast.kernels`` is cheap.
 
 See docs/kernels.md for the API and shapes.
 """
@@ -16,23 +17,32 @@ _EXPORTS = {
     "self_assess": "rssm",
     "self_regulate": "rssm",
     "init_rssm_weights": "rssm",
+    "infer_sizes": "rssm",
+    "RssmSizes": "rssm",
     # Trajectory scoring (docs/design.md §1.3)
     "score_trajectories": "scoring",
     "init_scoring_head": "scoring",
     "mean_pool_l2norm": "scoring",
+    # The int8 MiniLM encoder's fused steps (docs/scoring.md)
+    "quantize_weight": "encoder",
+    "quantize_rows": "encoder",
+    "dequantize_rows": "encoder",
+    "dequantize_gelu_quantize": "encoder",
+    "dequantize_add_layernorm": "encoder",
+    "attention": "encoder",
     # Memory retrieval rerank (docs/design.md §1.4)
-    "memory_scores": "memory_kernels",
-    "memory_rerank": "memory_kernels",
+    "memory_scores": "memory",
+    "memory_rerank": "memory",
 }
 
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    mod = _EXPORTS.get(name)
-    if mod is None:
+    op = _EXPORTS.get(name)
+    if op is None:
         raise AttributeError(f"module 'metacog_fast.kernels' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+    value = getattr(importlib.import_module(f"metacog_fast.ops.{op}"), name)
     globals()[name] = value
     return value
 

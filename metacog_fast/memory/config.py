@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from metacog_fast.kernels.reference.memory import DECAY, UNIT_SECONDS
+from metacog_fast.ops.memory.naive import DECAY, UNIT_SECONDS
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from metacog_fast._backend import core, resolve_backend
-from metacog_fast.kernels.memory_kernels import memory_rerank, memory_scores
+from metacog_fast.ops.memory import api as memory_ops
 from metacog_fast.memory import buckets as bk
 from metacog_fast.memory.hot import HotSet
 from metacog_fast.memory import index as hx
@@ -76,9 +75,8 @@ class MemoryStore:
         self._closed = False
         self.last_candidates = 0
         """Candidate columns reranked by the last approximate retrieval (monitoring, benchmarks)."""
-        be = resolve_backend(config.backend, has=("cpu", "torch"))
-        # The store validates its own arrays, so it calls the compiled kernel directly.
-        self._core = core() if be == "cpu" else None
+        # Resolved once; the store validates its own columns, so it takes the kernels' unchecked path.
+        self._backend = memory_ops.TABLE.resolve(config.backend)
         self._load()
 
     # ---------------------------------------------------------------- opening
@@ -433,16 +431,13 @@ class MemoryStore:
 
     def _rerank(self, q: np.ndarray, cand: np.ndarray, k: int, now: float, w: tuple[float, float, float]):
         t, c = self._table, self.config
-        if self._core is not None:
-            return self._core.memory_rerank(q, t.keys, t.last_access, t.importance, cand, k, now, *w, c.decay, c.unit)
-        return memory_rerank(q, t.keys, t.last_access, t.importance, cand, k, now, w, c.decay, c.unit,
-                             backend="torch")
+        return memory_ops.memory_rerank(q, t.keys, t.last_access, t.importance, cand, k, now, w, c.decay, c.unit,
+                                        backend=self._backend, check=False)
 
     def _scores(self, q: np.ndarray, cand: np.ndarray, now: float, w: tuple[float, float, float]) -> np.ndarray:
         t, c = self._table, self.config
-        if self._core is not None:
-            return self._core.memory_scores(q, t.keys, t.last_access, t.importance, cand, now, *w, c.decay, c.unit)
-        return memory_scores(q, t.keys, t.last_access, t.importance, cand, now, w, c.decay, c.unit, backend="torch")
+        return memory_ops.memory_scores(q, t.keys, t.last_access, t.importance, cand, now, w, c.decay, c.unit,
+                                        backend=self._backend, check=False)
 
     def _passes(self, rows: np.ndarray, k_code: int | None, since: float | None) -> np.ndarray:
         t = self._table

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from metacog_fast.kernels.reference import rssm as ref
-from metacog_fast.kernels.rssm import init_rssm_weights
+from metacog_fast.ops.rssm import naive as ref
+from metacog_fast.ops.rssm.weights import init_rssm_weights
 from metacog_fast.models.rssm import RSSM
 
 
@@ -92,7 +92,7 @@ class DreamerConfig:
     def sizes(self) -> dict[str, int]:
         """Resolved D, Hd, E."""
         if self.preset is not None:
-            from metacog_fast.kernels.rssm import PRESETS
+            from metacog_fast.ops.rssm.weights import PRESETS
 
             D, Hd = PRESETS[self.preset]["D"], PRESETS[self.preset]["Hd"]
         else:

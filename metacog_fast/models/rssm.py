@@ -3,7 +3,7 @@
 Its ``state_dict`` keys are exactly the docs/design.md §1.1 weight names (``"img_in.w"``,
 ``"gru.ln.g"``, ``"sa.out.b"`` ...), so a checkpoint loads into the fast kernels
 (``metacog_fast.kernels``) or into another project without this class. Every
-forward calls the torch reference (metacog_fast.kernels.reference.rssm), so
+forward calls the torch reference (metacog_fast/ops/rssm/naive.py), so
 training and the kernels share one definition of the maths.
 """
 from __future__ import annotations
@@ -14,8 +14,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from metacog_fast.kernels import reference as ref
-from metacog_fast.kernels.rssm import init_rssm_weights
+from metacog_fast.ops.rssm import naive as ref
+from metacog_fast.ops.rssm.sizes import read_sizes
+from metacog_fast.ops.rssm.weights import init_rssm_weights
 
 
 class _LayerNorm(nn.Module):
@@ -75,7 +76,7 @@ class RSSM(nn.Module):
             setattr(self, name, _Dense(arrays, name))
         self.actor = _mlp(arrays, "actor")
         self.sa = _mlp(arrays, "sa")
-        self.sizes = ref.infer_sizes(self.weights(), classes)
+        self.sizes = read_sizes(self.weights(), classes)
 
     def weights(self) -> dict[str, torch.Tensor]:
         """name -> parameter (live, differentiable), the mapping the reference functions take."""

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import torch
 
-from metacog_fast.kernels.scoring import mean_pool_l2norm
+from metacog_fast.ops.scoring import mean_pool_l2norm
 
 if TYPE_CHECKING:
     from metacog_fast.scoring.int8_bert import Int8Bert
@@ -125,9 +125,9 @@ def auto_cpu_precision() -> str:
     """``precision="auto"`` on a CPU: the fastest path within the accuracy bar (AUROC of M_sa within
     0.01 of fp32, docs/scoring.md): int8 with the compiled core on a CPU with int8 dot products;
     else bf16 with AVX512-BF16; else int8 with the compiled core; else fp32."""
-    from metacog_fast._backend import _import_core
+    from metacog_fast._backend import core_built
 
-    core = _import_core() is not None
+    core = core_built()
     if core and cpu_has_vnni():
         return "int8"
     if cpu_has_bf16():
@@ -386,7 +386,7 @@ class MiniLMEncoder:
                 ids_t = torch.from_numpy(input_ids).to(self.device)
                 mask_t = torch.from_numpy(mask).to(self.device)
                 tok = self._forward(ids_t, mask_t)
-                pooled = mean_pool_l2norm(tok.float(), mask_t, backend=self.config.pool_backend, check_finite=False)
+                pooled = mean_pool_l2norm(tok.float(), mask_t, backend=self.config.pool_backend, check=False)
                 out[idx] = pooled.cpu().numpy()
         return out
 

@@ -5,7 +5,7 @@ int8 x int8 -> int32 GEMM (``torch._int_mm``: oneDNN, AVX512-VNNI where the CPU 
 are quantised once per output channel (symmetric), activations per token (asymmetric, the whole
 int8 range). Between two GEMMs the activations stay float32 and every element-wise step (dequantise,
 bias, GELU, residual + LayerNorm, quantise, attention with a float32 softmax) is one pass of the
-kernels in :mod:`metacog_fast.kernels.encoder`. Embeddings and their LayerNorm are float32 torch.
+kernels in :mod:`metacog_fast.ops.encoder` (unchecked fast path). Embeddings and their LayerNorm are float32 torch.
 
 Accuracy against the fp32 model on 300 ALFWorld MUSE chunk texts: mean cosine of the pooled
 embeddings 0.9991 (bf16: 0.99996), see docs/scoring.md. Speed: the GEMMs are ~2x bf16's on an
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from metacog_fast._backend import _import_core, core
-from metacog_fast.kernels.reference import encoder as ref
+from metacog_fast.ops import encoder as enc
+from metacog_fast.ops.encoder.api import TABLE
 
 
 class Int8Bert:
@@ -31,8 +31,9 @@ class Int8Bert:
             raise ValueError("model: the int8 forward supports absolute position embeddings only")
         if backend not in ("auto", "cpu", "torch"):
             raise ValueError(f"backend: expected 'auto', 'cpu' or 'torch', got {backend!r}")
-        # "cpu" requires the compiled core (core() raises if it is not built); "auto" takes it if built.
-        self._core = core() if backend == "cpu" else (_import_core() if backend == "auto" else None)
+        # Resolved once ("cpu" raises when the core is not built; "auto" takes it if built). Every
+        # step then takes the kernels' unchecked path: its tensors come from this forward's GEMMs.
+        self.backend = TABLE.resolve(backend)
         emb = model.embeddings
         self.word = emb.word_embeddings.weight.detach().float()
         self.type0 = emb.token_type_embeddings.weight[0].detach().float()
@@ -55,56 +56,39 @@ class Int8Bert:
                 "ln2": self._ln(ln2),
             })
 
-    def _linear(self, w: torch.Tensor, b: torch.Tensor) -> tuple:
-        """(Wq^T int8 [K, N], w_scale, w_colsum, bias): tensors for the reference, numpy views of
-        them for the compiled kernels (converted once, not per call)."""
-        wq_t, w_scale, w_colsum = ref.quantize_weight(w)
-        vecs = (w_scale.contiguous(), w_colsum.contiguous(), b.detach().float().contiguous())
-        return (wq_t, *(vecs if self._core is None else (v.numpy() for v in vecs)))
+    @staticmethod
+    def _linear(w: torch.Tensor, b: torch.Tensor) -> tuple:
+        """(Wq^T int8 [K, N], w_scale [N], w_colsum [N], bias [N]), quantised once."""
+        wq_t, w_scale, w_colsum = enc.quantize_weight(w)
+        return wq_t, w_scale.contiguous(), w_colsum.contiguous(), b.detach().float().contiguous()
 
-    def _ln(self, ln: torch.nn.LayerNorm) -> tuple:
-        gamma, beta = ln.weight.detach().float().contiguous(), ln.bias.detach().float().contiguous()
-        return (gamma, beta, float(ln.eps)) if self._core is None else (gamma.numpy(), beta.numpy(), float(ln.eps))
+    @staticmethod
+    def _ln(ln: torch.nn.LayerNorm) -> tuple:
+        return ln.weight.detach().float().contiguous(), ln.bias.detach().float().contiguous(), float(ln.eps)
 
-    # -- the element-wise steps: the compiled kernels, or the torch reference ---------------------
-    # A quantised activation is (q, scale, zero): q a torch int8 tensor (the GEMM's input), scale
-    # and zero numpy arrays on the compiled path (they only ever go back into the kernels).
+    # -- the element-wise steps: metacog_fast.ops.encoder, unchecked --------------------------------
+    # A quantised activation is (q, scale, zero): q the int8 input of the next GEMM.
     def _quantize(self, x: torch.Tensor):
-        if self._core is None:
-            return ref.quantize_rows(x)
-        q, s, z = self._core.enc_quantize_rows(x.numpy())
-        return torch.from_numpy(q), s, z
+        return enc.quantize_rows(x, self.backend, check=False)
 
     def _dequantize(self, acc, quant, lin):
         _, s, z = quant
         _, ws, cs, b = lin
-        if self._core is None:
-            return ref.dequantize_rows(acc, s, z, ws, cs, b)
-        return torch.from_numpy(self._core.enc_dequantize_rows(acc.numpy(), s, z, ws, cs, b, False))
+        return enc.dequantize_rows(acc, s, z, ws, cs, b, False, self.backend, check=False)
 
     def _dequantize_gelu_quantize(self, acc, quant, lin):
         _, s, z = quant
         _, ws, cs, b = lin
-        if self._core is None:
-            return ref.dequantize_gelu_quantize(acc, s, z, ws, cs, b)
-        q, s2, z2 = self._core.enc_dequantize_gelu_quantize(acc.numpy(), s, z, ws, cs, b)
-        return torch.from_numpy(q), s2, z2
+        return enc.dequantize_gelu_quantize(acc, s, z, ws, cs, b, self.backend, check=False)
 
     def _dequantize_add_layernorm(self, acc, quant, lin, x, ln):
         _, s, z = quant
         _, ws, cs, b = lin
         gamma, beta, eps = ln
-        if self._core is None:
-            y, out = ref.dequantize_add_layernorm(acc, s, z, ws, cs, b, x, gamma, beta, eps)
-            x.copy_(y)
-            return out
-        q, s2, z2 = self._core.enc_dequantize_add_layernorm(acc.numpy(), s, z, ws, cs, b, x.numpy(), gamma, beta, eps)
-        return torch.from_numpy(q), s2, z2
+        return enc.dequantize_add_layernorm(acc, s, z, ws, cs, b, x, gamma, beta, eps, self.backend, check=False)
 
     def _attention(self, qkv: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        if self._core is None:
-            return ref.attention(qkv, lengths, self.heads)
-        return torch.from_numpy(self._core.enc_attention(qkv.numpy(), lengths.numpy(), self.heads))
+        return enc.attention(qkv, lengths, self.heads, self.backend, check=False)
 
     # -- forward ----------------------------------------------------------------------------------
     def __call__(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

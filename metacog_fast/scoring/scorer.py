@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from metacog_fast._atomic import atomic_write_bytes
-from metacog_fast.kernels.reference.scoring import score_logits
-from metacog_fast.kernels.scoring import init_scoring_head, score_trajectories
+from metacog_fast.ops.scoring import init_scoring_head, score_trajectories
+from metacog_fast.ops.scoring.naive import score_logits
 from metacog_fast.scoring.chunks import render_trajectory
 from metacog_fast.scoring.config import ScorerConfig
 from metacog_fast.scoring.encoder import MiniLMEncoder, check_texts

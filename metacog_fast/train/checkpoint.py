@@ -111,18 +111,6 @@ def load_checkpoint(stem: str | os.PathLike, cfg: ProtocolConfig | None = None,
     return model, use, doc.get("meta", {})
 
 
-def load_acting_weights(stem: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], ProtocolConfig]:
-    """(RSSM weights with docs/design.md names, encoder state_dict, config) as numpy, without building the model."""
-    cfg, _ = read_config(stem)
-    st_path = Path(stem).with_suffix(".safetensors")
-    tensors = load_file(str(st_path))
-    w = {k[5:]: v.numpy() for k, v in tensors.items() if k.startswith("rssm.")}
-    enc = {k[8:]: v.numpy() for k, v in tensors.items() if k.startswith("encoder.")}
-    if not w or not enc:
-        raise ValueError(f"checkpoint {st_path}: expected 'rssm.*' and 'encoder.*' tensors")
-    return w, enc, cfg
-
-
 def rng_state(rng: np.random.Generator) -> dict[str, Any]:
     """JSON-able state of a numpy Generator (PCG64)."""
     return rng.bit_generator.state

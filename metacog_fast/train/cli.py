@@ -228,9 +228,9 @@ def demo_part(task: str = "coffee-button-v3", steps: int = 100, checkpoint: str 
         if done:
             break
     env.close()
-    from metacog_fast.kernels.rssm import _begin  # resolved backend, for the report
+    from metacog_fast.ops.rssm import resolved_backend  # for the report
 
-    be = _begin(agent.w, agent.h, "h", backend, "fp32", agent.classes).backend
+    be = resolved_backend(agent.w, agent.h, backend)
     res = {"task": task, "steps": len(psis), "decisions_per_second": (len(psis) - 1) / act_s if act_s else float("nan"), "success": success,
            "mean_psi_sum": float(np.mean(psis)), "backend": be, "sr_z": sr_z}
     print(f"MUSE-WM on {task}: {res['decisions_per_second']:.0f} decisions/s ({be} backend, H=10), "

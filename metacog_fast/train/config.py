@@ -6,7 +6,10 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from metacog_fast.agents.muse_wm.config import ActConfig
 from metacog_fast.models.dreamer import DreamerConfig
+
+__all__ = ["AGENTS", "MT10", "NOVEL", "SR_Z", "ActConfig", "ProtocolConfig", "ScriptedConfig", "profile"]
 
 MT10 = (
     "reach-v3", "push-v3", "pick-place-v3", "door-open-v3", "drawer-open-v3",
@@ -18,22 +21,6 @@ NOVEL = (
 )
 AGENTS = ("muse", "dreamer")
 SR_Z = ("prior", "posterior")
-
-
-@dataclass
-class ActConfig:
-    """How the agent acts (paper 000 Algorithm 1)."""
-
-    self_regulation: bool = True
-    """Run ``self_regulate`` at every step (MUSE); False = act with the actor alone (Dreamer)."""
-    H: int = 10
-    """Self-regulation iterations."""
-    beta: float = 0.02
-    """Self-regulation step size on the RSSM state."""
-    sr_z: str = "prior"
-    """z_t for self-regulation: "prior" (Algorithm 1 line 4 as printed) or "posterior" (of the current obs)."""
-    backend: str = "auto"
-    """Kernel backend for acting ("auto", "cpu", "torch", ...)."""
 
 
 @dataclass

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from metacog_fast.kernels import reference as ref
-from metacog_fast.kernels import rssm as R
+from metacog_fast.ops.rssm import api as R
+from metacog_fast.ops.rssm import naive as ref
 from metacog_fast.models.rssm import RSSM
 
 SMALL = dict(preset=None, D=12, Hd=10, S=3, C=4, A=2, E=5, L=2, N=5)

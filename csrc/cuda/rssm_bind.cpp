@@ -1,7 +1,7 @@
 // Python bindings of the CUDA RSSM kernels (csrc/cuda/rssm.cu) as metacog_fast._core.rssm_cuda.
 // Only built with METACOG_BACKEND=cuda. Raw device pointers come in as ints (torch
 // tensor.data_ptr()) and the stream as torch.cuda.current_stream().cuda_stream; the
-// wrapper metacog_fast/kernels/rssm_cuda.py validates shapes, dtypes and devices first.
+// wrapper metacog_fast/ops/rssm/cuda.py validates shapes, dtypes and devices first.
 #ifdef METACOG_WITH_CUDA
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

@@ -19,9 +19,10 @@ from typing import Mapping
 
 import numpy as np
 
-from metacog_fast.kernels.reference.rssm import LN_EPS
-from metacog_fast.kernels.rssm import infer_sizes, rssm_obs_step, self_assess, self_regulate
-from metacog_fast.train.config import ActConfig
+from metacog_fast.agents.muse_wm.checkpoint import load_acting_weights
+from metacog_fast.agents.muse_wm.config import ActConfig
+from metacog_fast.kernels import infer_sizes, rssm_obs_step, self_assess, self_regulate
+from metacog_fast.ops.rssm.naive import LN_EPS
 
 
 def _silu(x: np.ndarray) -> np.ndarray:
@@ -129,8 +130,7 @@ class MuseWMAgent:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, act: ActConfig | None = None, seed: int | None = 0) -> "MuseWMAgent":
-        """Load ``<path>.safetensors`` + ``<path>.json`` written by :mod:`metacog_fast.train.checkpoint`."""
-        from metacog_fast.train.checkpoint import load_acting_weights
-
-        w, enc, cfg = load_acting_weights(path)
-        return cls(w, enc, act or cfg.act, classes=cfg.model.C, seed=seed)
+        """Load ``<path>.safetensors`` + ``<path>.json`` written by :mod:`metacog_fast.train.checkpoint`
+        (only what acting needs: :func:`metacog_fast.agents.muse_wm.checkpoint.load_acting_weights`)."""
+        ck = load_acting_weights(path)
+        return cls(ck.weights, ck.encoder, act or ck.act, classes=ck.classes, seed=seed)

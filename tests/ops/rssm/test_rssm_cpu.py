@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import metacog_fast
-from metacog_fast.kernels import reference as ref
-from metacog_fast.kernels import rssm as R
+from metacog_fast.ops.rssm import api as R
+from metacog_fast.ops.rssm import naive as ref
 
 try:
     CORE = metacog_fast.core()

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from metacog_fast.kernels.reference import rssm as ref
+from metacog_fast.ops.rssm import naive as ref
 
-rssm_triton = pytest.importorskip("metacog_fast.kernels.rssm_triton")
-from metacog_fast.kernels.rssm import init_rssm_weights  # noqa: E402
+rssm_triton = pytest.importorskip("metacog_fast.ops.rssm.triton")
+from metacog_fast.ops.rssm import init_rssm_weights  # noqa: E402
 
 DEV = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 ODD = dict(D=96, Hd=80, S=4, C=5, A=3, E=24, L=2)
@@ -244,7 +244,7 @@ import sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from metacog_fast.kernels import rssm_triton
+from metacog_fast.ops.rssm import triton as rssm_triton
 
 PTR_ARGS = {"wi", "bi", "gi", "bei", "wg", "gg", "beg", "wo", "bo", "go", "beo", "wl", "bl",
             "aw0", "awh", "ab", "ag", "abe", "awo", "abo", "sw0", "swh", "sb", "sg", "sbe", "swo", "sbo"}

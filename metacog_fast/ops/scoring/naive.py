@@ -37,19 +37,31 @@ def head_layers(head: Head) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return layers
 
 
-def score_logits(task_emb: torch.Tensor, traj_emb: torch.Tensor, head: Head) -> torch.Tensor:
-    """Logits of M_sa before the sigmoid.
+Layers = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def layers_logits(task_emb: torch.Tensor, traj_emb: torch.Tensor, layers: Layers) -> torch.Tensor:
+    """Logits of M_sa before the sigmoid, the head given as its (weight, bias) pairs.
 
     task_emb [B or 1, Dta], traj_emb [B, Dtr] -> [B]. The input is
     ``concat(traj_emb, task_emb)`` = concat(M(tau ⊕ P), M(I)) (docs/design.md §1.3 order).
     """
     task = task_emb.expand(traj_emb.shape[0], -1)
     x = torch.cat([traj_emb, task], dim=-1)
-    layers = head_layers(head)
     for w, b in layers[:-1]:
         x = F.silu(x @ w.T + b)
     w, b = layers[-1]
     return (x @ w.T + b).squeeze(-1)
+
+
+def score_layers(task_emb: torch.Tensor, traj_emb: torch.Tensor, layers: Layers) -> torch.Tensor:
+    """p [B] = sigmoid(layers_logits(...)): the function every backend implements."""
+    return torch.sigmoid(layers_logits(task_emb, traj_emb, layers))
+
+
+def score_logits(task_emb: torch.Tensor, traj_emb: torch.Tensor, head: Head) -> torch.Tensor:
+    """Logits of M_sa before the sigmoid: task_emb [B or 1, Dta], traj_emb [B, Dtr] -> [B]."""
+    return layers_logits(task_emb, traj_emb, head_layers(head))
 
 
 def score_trajectories(task_emb: torch.Tensor, traj_emb: torch.Tensor, head: Head) -> torch.Tensor:

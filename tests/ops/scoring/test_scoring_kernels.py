@@ -8,7 +8,7 @@ import torch
 
 from metacog_fast import BackendUnavailable, backends
 from metacog_fast.kernels import init_scoring_head, mean_pool_l2norm, score_trajectories
-from metacog_fast.kernels.reference import scoring as ref
+from metacog_fast.ops.scoring import naive as ref
 
 ATOL = 1e-5
 BATCHES = [1, 3, 63, 257]

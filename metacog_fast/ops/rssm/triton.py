@@ -1,7 +1,7 @@
 """Triton backend of the RSSM and self-assessment kernels (docs/design.md §1.1, §1.2).
 
 Every public function takes torch tensors already on the right device (the
-dispatcher in :mod:`metacog_fast.kernels.rssm` converts and validates user
+API in :mod:`metacog_fast.ops.rssm.api` converts and validates user
 input) and a weight mapping ``w`` of docs/design.md §1.1 names to float32 tensors.
 
 Design: batch rows are independent in every operation (the self-assessment
@@ -22,143 +22,17 @@ Shapes: ``h [B, D]``, ``z [B, Z]`` (Z = S*C), ``a [B, A]``, ``embed [B, E]``,
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
 
 import torch
 import triton
 import triton.language as tl
 
-LN_EPS = 1e-3
-UNIMIX = 0.01
+from metacog_fast.ops.rssm.pack import PackedMLP, check_tensor, dims_of, packed, prior_sample, split_u, weights_on
+from metacog_fast.ops.rssm.sizes import RssmSizes
+
 BLOCK_N = 64  # output columns per tile
 BLOCK_K = 32  # reduction chunk
-
-
-# ---------------------------------------------------------------------------
-# Sizes and packed weights (shared with the CUDA wrapper)
-# ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RssmDims:
-    """Sizes read off the weight shapes (docs/design.md §1.1)."""
-
-    D: int
-    """deterministic state size."""
-    Hd: int
-    """hidden width of every MLP."""
-    Z: int
-    """stochastic size S*C."""
-    A: int
-    """action size."""
-    E: int
-    """embedding size (obs_out input minus D); 0 if the weights have no obs_out."""
-    L: int
-    """hidden layers of the actor and of the self-assessment head."""
-    N: int
-    """self-assessment outputs (quantiles)."""
-
-
-def _count_layers(w: Mapping[str, torch.Tensor], prefix: str) -> int:
-    n = 0
-    while f"{prefix}.{n}.w" in w:
-        n += 1
-    return n
-
-
-def dims_of(w: Mapping[str, torch.Tensor]) -> RssmDims:
-    """Infer :class:`RssmDims` from weight shapes; raises ``KeyError``/``ValueError`` naming the weight."""
-    for name in ("img_in.w", "gru.w", "img_logits.w", "actor.out.w", "sa.out.w"):
-        if name not in w:
-            raise KeyError(f"w: missing weight {name!r} (docs/design.md §1.1 names)")
-    Hd, za = w["img_in.w"].shape
-    D3, hd_d = w["gru.w"].shape
-    D = D3 // 3
-    if D3 != 3 * D or hd_d != Hd + D:
-        raise ValueError(f"w['gru.w']: expected shape [3D, Hd+D] with Hd={Hd}, got {tuple(w['gru.w'].shape)}")
-    Z = w["img_logits.w"].shape[0]
-    A = za - Z
-    if A <= 0:
-        raise ValueError(f"w['img_in.w']: expected [Hd, Z+A] with Z={Z}, got {tuple(w['img_in.w'].shape)}")
-    E = w["obs_out.w"].shape[1] - D if "obs_out.w" in w else 0
-    La, Ls = _count_layers(w, "actor"), _count_layers(w, "sa")
-    if La != Ls or La < 1:
-        raise ValueError(f"w: actor has {La} hidden layers and sa has {Ls}; both must be equal and >= 1")
-    if w["actor.out.w"].shape[0] != 2 * A:
-        raise ValueError(f"w['actor.out.w']: expected [2A={2 * A}, Hd], got {tuple(w['actor.out.w'].shape)}")
-    N = w["sa.out.w"].shape[0]
-    return RssmDims(D=D, Hd=Hd, Z=Z, A=A, E=E, L=La, N=N)
-
-
-@dataclass
-class PackedMLP:
-    """An MLP ``L x (linear, LN, SiLU)`` + output linear, packed for the kernels.
-
-    ``w0 [Hd, D+Z]``, ``wh [max(L-1,1), Hd, Hd]``, ``b, g, be [L, Hd]``, ``wo [No, Hd]``, ``bo [No]``.
-    """
-
-    w0: torch.Tensor
-    wh: torch.Tensor
-    b: torch.Tensor
-    g: torch.Tensor
-    be: torch.Tensor
-    wo: torch.Tensor
-    bo: torch.Tensor
-
-
-def _pack_mlp(w: Mapping[str, torch.Tensor], prefix: str, L: int) -> PackedMLP:
-    w0 = w[f"{prefix}.0.w"].contiguous()
-    Hd = w0.shape[0]
-    if L > 1:
-        wh = torch.stack([w[f"{prefix}.{i}.w"] for i in range(1, L)]).contiguous()
-    else:
-        wh = torch.zeros(1, Hd, Hd, device=w0.device, dtype=torch.float32)
-    b = torch.stack([w[f"{prefix}.{i}.b"] for i in range(L)]).contiguous()
-    g = torch.stack([w[f"{prefix}.{i}.ln.g"] for i in range(L)]).contiguous()
-    be = torch.stack([w[f"{prefix}.{i}.ln.b"] for i in range(L)]).contiguous()
-    return PackedMLP(w0, wh, b, g, be, w[f"{prefix}.out.w"].contiguous(), w[f"{prefix}.out.b"].contiguous())
-
-
-_PACK_CACHE: dict = {}
-
-
-def packed(w: Mapping[str, torch.Tensor], prefix: str) -> PackedMLP:
-    """Packed ``actor``/``sa`` weights, cached until any source tensor changes (data_ptr or version)."""
-    dims = dims_of(w)
-    names = sorted(k for k in w if k.startswith(prefix + "."))
-    key = (prefix, tuple((k, w[k].data_ptr(), w[k]._version, tuple(w[k].shape)) for k in names))
-    hit = _PACK_CACHE.get(key)
-    if hit is None:
-        if len(_PACK_CACHE) > 32:
-            _PACK_CACHE.clear()
-        hit = _pack_mlp(w, prefix, dims.L)
-        _PACK_CACHE[key] = hit
-    return hit
-
-
-def check_tensor(x: torch.Tensor, name: str, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """Float32, on ``device``, with ``shape``; returns a contiguous view. Raises naming ``name``."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"{name}: expected dtype float32, got {x.dtype}")
-    if tuple(x.shape) != tuple(shape):
-        raise ValueError(f"{name}: expected shape {list(shape)}, got {list(x.shape)}")
-    if x.device != device:
-        raise ValueError(f"{name}: expected a tensor on {device}, got {x.device}")
-    return x.contiguous()
-
-
-def weights_on(w: Mapping[str, torch.Tensor], names: list[str], device: torch.device) -> list[torch.Tensor]:
-    """``w[name]`` for each name, checked float32 on ``device`` (contiguous); raises naming the weight."""
-    out = []
-    for n in names:
-        if n not in w:
-            raise KeyError(f"w: missing weight {n!r} (docs/design.md §1.1 names)")
-        t = w[n]
-        if t.dtype != torch.float32 or t.device != device:
-            raise TypeError(f"w[{n!r}]: expected float32 on {device}, got {t.dtype} on {t.device}")
-        out.append(t.contiguous())
-    return out
 
 
 def _block_b(B: int) -> int:
@@ -576,7 +450,7 @@ def _self_regulate_kernel(h_ptr, z_ptr, eps_ptr, beta, aout_ptr, hout_ptr, trace
 _WS_CACHE: dict = {}
 
 
-def _workspace(kind: str, dims: RssmDims, B: int, device: torch.device) -> dict[str, torch.Tensor]:
+def _workspace(kind: str, dims: RssmSizes, B: int, device: torch.device) -> dict[str, torch.Tensor]:
     key = (kind, dims, B, str(device))
     ws = _WS_CACHE.get(key)
     if ws is not None:
@@ -595,15 +469,6 @@ def _workspace(kind: str, dims: RssmDims, B: int, device: torch.device) -> dict[
     return ws
 
 
-def _split_u(u: torch.Tensor, name: str, lead: tuple[int, ...], Z: int) -> tuple[int, int]:
-    if u.dim() != len(lead) + 1 or tuple(u.shape[:-1]) != lead:
-        raise ValueError(f"{name}: expected shape {list(lead) + ['S']}, got {list(u.shape)}")
-    S = u.shape[-1]
-    if S < 1 or Z % S:
-        raise ValueError(f"{name}: last axis S={S} must divide Z={Z} (Z = S*C)")
-    return S, Z // S
-
-
 def _img_weights(w, device, head: str):
     return weights_on(w, ["img_in.w", "img_in.b", "img_in.ln.g", "img_in.ln.b", "gru.w", "gru.ln.g", "gru.ln.b",
                         f"{head}_out.w", f"{head}_out.b", f"{head}_out.ln.g", f"{head}_out.ln.b",
@@ -615,10 +480,10 @@ def _mlp_args(p: PackedMLP) -> list[torch.Tensor]:
 
 
 # ---------------------------------------------------------------------------
-# Public functions (called by metacog_fast.kernels.rssm)
+# Public functions (called by metacog_fast.ops.rssm.api)
 # ---------------------------------------------------------------------------
 def img_step(w: Mapping[str, torch.Tensor], h: torch.Tensor, z: torch.Tensor, a: torch.Tensor,
-             u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             u: torch.Tensor, classes: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One prior step. ``h [B,D], z [B,Z], a [B,A], u [B,S]`` ->
     ``(h_next [B,D], z_next [B,Z] one-hot prior sample, prior_logits [B,Z])`` (the order of
     the reference and of the dispatcher)."""
@@ -628,7 +493,7 @@ def img_step(w: Mapping[str, torch.Tensor], h: torch.Tensor, z: torch.Tensor, a:
     h = check_tensor(h, "h", (B, dims.D), dev)
     z = check_tensor(z, "z", (B, dims.Z), dev)
     a = check_tensor(a, "a", (B, dims.A), dev)
-    S, C = _split_u(u, "u", (B,), dims.Z)
+    S, C = split_u(u, "u", (B,), dims.Z, classes)
     u = check_tensor(u, "u", (B, S), dev)
     ws = _workspace("step", dims, B, dev)
     hn = torch.empty(B, dims.D, device=dev, dtype=torch.float32)
@@ -643,7 +508,8 @@ def img_step(w: Mapping[str, torch.Tensor], h: torch.Tensor, z: torch.Tensor, a:
 
 
 def obs_step(w: Mapping[str, torch.Tensor], h: torch.Tensor, z: torch.Tensor, a: torch.Tensor,
-             embed: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             embed: torch.Tensor, u: torch.Tensor, classes: int | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One posterior step. ``h [B,D], z [B,Z], a [B,A], embed [B,E], u [B,S]`` ->
     ``(h_next [B,D], z_post [B,Z] one-hot posterior sample, post_logits [B,Z])``."""
     dims = dims_of(w)
@@ -655,7 +521,7 @@ def obs_step(w: Mapping[str, torch.Tensor], h: torch.Tensor, z: torch.Tensor, a:
     z = check_tensor(z, "z", (B, dims.Z), dev)
     a = check_tensor(a, "a", (B, dims.A), dev)
     embed = check_tensor(embed, "embed", (B, dims.E), dev)
-    S, C = _split_u(u, "u", (B,), dims.Z)
+    S, C = split_u(u, "u", (B,), dims.Z, classes)
     u = check_tensor(u, "u", (B, S), dev)
     ws = _workspace("step", dims, B, dev)
     hn = torch.empty(B, dims.D, device=dev, dtype=torch.float32)
@@ -670,7 +536,7 @@ def obs_step(w: Mapping[str, torch.Tensor], h: torch.Tensor, z: torch.Tensor, a:
 
 
 def imagine(w: Mapping[str, torch.Tensor], h0: torch.Tensor, z0: torch.Tensor, eps: torch.Tensor,
-            u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            u: torch.Tensor, classes: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """H imagined steps in one launch. ``h0 [B,D], z0 [B,Z], eps [H,B,A], u [H,B,S]`` ->
     ``(hs [H,B,D], zs [H,B,Z], actions [H,B,A])`` where step t acts on the state after step t-1."""
     dims = dims_of(w)
@@ -682,7 +548,7 @@ def imagine(w: Mapping[str, torch.Tensor], h0: torch.Tensor, z0: torch.Tensor, e
     h0 = check_tensor(h0, "h0", (B, dims.D), dev)
     z0 = check_tensor(z0, "z0", (B, dims.Z), dev)
     eps = check_tensor(eps, "eps", (H, B, dims.A), dev)
-    S, C = _split_u(u, "u", (H, B), dims.Z)
+    S, C = split_u(u, "u", (H, B), dims.Z, classes)
     u = check_tensor(u, "u", (H, B, S), dev)
     ws = _workspace("imagine", dims, B, dev)
     hs = torch.empty(H, B, dims.D, device=dev, dtype=torch.float32)
@@ -719,11 +585,15 @@ def self_assess(w: Mapping[str, torch.Tensor], s: torch.Tensor, grad: bool = Fal
     return (psi, g) if grad else psi
 
 
-def self_regulate(w: Mapping[str, torch.Tensor], h: torch.Tensor, z: torch.Tensor, H: int, beta: float,
-                  eps: torch.Tensor, trace: bool = False):
+def self_regulate(w: Mapping[str, torch.Tensor], h: torch.Tensor, z: torch.Tensor | None, H: int, beta: float,
+                  eps: torch.Tensor, trace: bool = False, *, u: torch.Tensor | None = None,
+                  classes: int | None = None):
     """MUSE Algorithm 1 (docs/design.md §1.2) in ONE launch. ``h [B,D], z [B,Z], eps [H+1,B,A]`` ->
     ``(z_t [B,Z], a_t [B,A], h_next [B,D])`` and with ``trace`` also ``psi_trace [H,B,N]``
-    (psi at each iteration's state before its gradient step)."""
+    (psi at each iteration's state before its gradient step). ``z=None``: z_t is sampled from
+    the prior of h with ``u [B, S]`` first (by the reference)."""
+    if z is None:
+        z = prior_sample(w, h, u, classes)
     dims = dims_of(w)
     dev = h.device
     B = h.shape[0]

@@ -1,4 +1,4 @@
-"""Torch reference of the RSSM and the MUSE self-assessment / self-regulation kernels.
+"""Torch reference of the RSSM and the MUSE self-assessment / self-regulation kernels (naive.py of the op).
 
 docs/design.md §1.1 and §1.2. Everything here is a pure function of ``w`` (a mapping
 ``name -> torch.Tensor`` with the docs/design.md §1.1 names, e.g. ``"gru.w"``) and of the
@@ -10,11 +10,12 @@ Shapes (``B`` batch, ``Z = S*C``):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
 
 import torch
 import torch.nn.functional as F
+
+from metacog_fast.ops.rssm.sizes import count_layers
 
 LN_EPS = 1e-3
 """LayerNorm epsilon (DreamerV3)."""
@@ -24,54 +25,6 @@ STD_MIN = 0.1
 """Actor std floor: std = softplus(raw) + STD_MIN."""
 
 Weights = Mapping[str, torch.Tensor]
-
-
-@dataclass(frozen=True)
-class RssmSizes:
-    """Sizes of an RSSM, all read off the weight shapes (S and C need ``classes``)."""
-
-    D: int
-    """Deterministic (GRU) state size."""
-    Hd: int
-    """Hidden width of every MLP layer."""
-    S: int
-    """Number of categorical groups."""
-    C: int
-    """Classes per group."""
-    A: int
-    """Action size."""
-    E: int
-    """Observation embedding size (0 when the weights have no obs_out)."""
-    L_actor: int
-    """Hidden layers of the actor MLP."""
-    L_sa: int
-    """Hidden layers of the self-assessment MLP."""
-    N: int
-    """Self-assessment outputs (quantiles)."""
-
-    @property
-    def Z(self) -> int:
-        return self.S * self.C
-
-
-def _count_layers(w: Weights, prefix: str) -> int:
-    n = 0
-    while f"{prefix}.{n}.w" in w:
-        n += 1
-    return n
-
-
-def infer_sizes(w: Weights, classes: int = 32) -> RssmSizes:
-    """Read the sizes off the weight shapes; ``classes`` = C (classes per group)."""
-    D = w["gru.w"].shape[0] // 3
-    Hd = w["img_in.w"].shape[0]
-    Z = w["img_logits.w"].shape[0]
-    A = w["img_in.w"].shape[1] - Z
-    E = w["obs_out.w"].shape[1] - D if "obs_out.w" in w else 0
-    return RssmSizes(
-        D=D, Hd=Hd, S=Z // classes, C=classes, A=A, E=E,
-        L_actor=_count_layers(w, "actor"), L_sa=_count_layers(w, "sa"), N=w["sa.out.w"].shape[0],
-    )
 
 
 # --- building blocks ----------------------------------------------------------------
@@ -152,7 +105,7 @@ def sample_categorical(
 
 def actor_stats(w: Weights, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Actor on s [B, D+Z] -> (mean [B, A], std [B, A]), std = softplus(raw) + 0.1."""
-    out = mlp(w, "actor", s, _count_layers(w, "actor"))
+    out = mlp(w, "actor", s, count_layers(w, "actor"))
     mean, raw = torch.chunk(out, 2, -1)
     return mean, F.softplus(raw) + STD_MIN
 
@@ -215,7 +168,7 @@ def imagine(
 
 def sa_logits(w: Weights, s: torch.Tensor) -> torch.Tensor:
     """Self-assessment logits on s [B, D+Z] -> [B, N]."""
-    return mlp(w, "sa", s, _count_layers(w, "sa"))
+    return mlp(w, "sa", s, count_layers(w, "sa"))
 
 
 def self_assess(

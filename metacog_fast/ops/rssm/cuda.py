@@ -1,6 +1,6 @@
 """CUDA backend of the RSSM and self-assessment kernels (docs/design.md §1.1, §1.2).
 
-Same functions and signatures as :mod:`metacog_fast.kernels.rssm_triton`, on torch CUDA
+Same functions and signatures as :mod:`metacog_fast.ops.rssm.triton`, on torch CUDA
 tensors; the work is done by ``metacog_fast._core.rssm_cuda`` (csrc/cuda/rssm.cu) on raw
 device pointers, on the current torch stream. Batches of at most
 ``PERSISTENT_MAX_B`` (8) rows run one persistent cooperative kernel per call (a whole
@@ -19,7 +19,8 @@ from typing import Mapping
 import torch
 
 from metacog_fast._backend import BackendUnavailable, core
-from metacog_fast.kernels.rssm_triton import RssmDims, check_tensor, dims_of, packed, weights_on
+from metacog_fast.ops.rssm.pack import check_tensor, dims_of, packed, prior_sample, split_u, weights_on
+from metacog_fast.ops.rssm.sizes import RssmSizes
 
 # Weight pointer order of csrc/cuda/rssm.cuh (enum WIdx).
 _HEAD_NAMES = ["w", "b", "ln.g", "ln.b"]
@@ -63,7 +64,7 @@ W_COUNT = 35
 """Length of the weight pointer list (enum WIdx in csrc/cuda/rssm.cuh)."""
 
 
-def pack_tensors(w: Mapping[str, torch.Tensor], dims: RssmDims, device: torch.device) -> list[torch.Tensor | None]:
+def pack_tensors(w: Mapping[str, torch.Tensor], dims: RssmSizes, device: torch.device) -> list[torch.Tensor | None]:
     """The W_COUNT weight tensors in WIdx order (None for an absent obs head), 16-byte aligned."""
     tensors = weights_on(w, _IMG_NAMES, device)
     tensors += weights_on(w, _OBS_NAMES, device) if dims.E > 0 else [None] * len(_OBS_NAMES)
@@ -79,7 +80,7 @@ def pack_tensors(w: Mapping[str, torch.Tensor], dims: RssmDims, device: torch.de
     return [None if t is None else _aligned(t) for t in tensors]
 
 
-def _pack(w: Mapping[str, torch.Tensor], dims: RssmDims, device: torch.device) -> _CudaPack:
+def _pack(w: Mapping[str, torch.Tensor], dims: RssmSizes, device: torch.device) -> _CudaPack:
     names = sorted(w)
     key = (str(device), tuple((k, w[k].data_ptr(), w[k]._version) for k in names))
     hit = _PACKS.get(key)
@@ -118,7 +119,7 @@ def _device_of(x: torch.Tensor, name: str) -> torch.device:
     return x.device
 
 
-def _dims_tuple(d: RssmDims, S: int, C: int) -> tuple[int, ...]:
+def _dims_tuple(d: RssmSizes, S: int, C: int) -> tuple[int, ...]:
     return (d.D, d.Hd, d.Z, d.A, d.E, d.L, d.N, S, C)
 
 
@@ -131,16 +132,7 @@ def _on_device(device: torch.device):
     return torch.cuda.device(device)
 
 
-def _split_u(u: torch.Tensor, lead: tuple[int, ...], Z: int) -> tuple[int, int]:
-    if u.dim() != len(lead) + 1 or tuple(u.shape[:-1]) != lead:
-        raise ValueError(f"u: expected shape {list(lead) + ['S']}, got {list(u.shape)}")
-    S = int(u.shape[-1])
-    if S < 1 or Z % S:
-        raise ValueError(f"u: last axis S={S} must divide Z={Z} (Z = S*C)")
-    return S, Z // S
-
-
-def _step(w, h, z, a, u, embed, obs: bool):
+def _step(w, h, z, a, u, embed, obs: bool, classes: int | None):
     dims = dims_of(w)
     dev = _device_of(h, "h")
     B = h.shape[0] if h.dim() == 2 else -1
@@ -151,7 +143,7 @@ def _step(w, h, z, a, u, embed, obs: bool):
         if dims.E <= 0:
             raise KeyError("w: missing weight 'obs_out.w' needed by obs_step")
         embed = check_tensor(embed, "embed", (B, dims.E), dev)
-    S, C = _split_u(u, (B,), dims.Z)
+    S, C = split_u(u, "u", (B,), dims.Z, classes)
     u = check_tensor(u, "u", (B, S), dev)
     dt = _dims_tuple(dims, S, C)
     pack = _pack(w, dims, dev)
@@ -166,19 +158,20 @@ def _step(w, h, z, a, u, embed, obs: bool):
 
 
 def img_step(w: Mapping[str, torch.Tensor], h: torch.Tensor, z: torch.Tensor, a: torch.Tensor,
-             u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             u: torch.Tensor, classes: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One prior step -> ``(h_next [B,D], z_next [B,Z] one-hot, prior_logits [B,Z])``."""
-    return _step(w, h, z, a, u, None, False)
+    return _step(w, h, z, a, u, None, False, classes)
 
 
 def obs_step(w: Mapping[str, torch.Tensor], h: torch.Tensor, z: torch.Tensor, a: torch.Tensor,
-             embed: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             embed: torch.Tensor, u: torch.Tensor, classes: int | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One posterior step -> ``(h_next [B,D], z_post [B,Z] one-hot, post_logits [B,Z])``."""
-    return _step(w, h, z, a, u, embed, True)
+    return _step(w, h, z, a, u, embed, True, classes)
 
 
 def imagine(w: Mapping[str, torch.Tensor], h0: torch.Tensor, z0: torch.Tensor, eps: torch.Tensor,
-            u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            u: torch.Tensor, classes: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """H imagined steps in one launch -> ``(hs [H,B,D], zs [H,B,Z], actions [H,B,A])``."""
     dims = dims_of(w)
     dev = _device_of(h0, "h0")
@@ -189,7 +182,7 @@ def imagine(w: Mapping[str, torch.Tensor], h0: torch.Tensor, z0: torch.Tensor, e
     h0 = check_tensor(h0, "h0", (B, dims.D), dev)
     z0 = check_tensor(z0, "z0", (B, dims.Z), dev)
     eps = check_tensor(eps, "eps", (H, B, dims.A), dev)
-    S, C = _split_u(u, (H, B), dims.Z)
+    S, C = split_u(u, "u", (H, B), dims.Z, classes)
     u = check_tensor(u, "u", (H, B, S), dev)
     hs = torch.empty(H, B, dims.D, device=dev, dtype=torch.float32)
     zs = torch.empty(H, B, dims.Z, device=dev, dtype=torch.float32)
@@ -222,9 +215,13 @@ def self_assess(w: Mapping[str, torch.Tensor], s: torch.Tensor, grad: bool = Fal
     return (psi, g) if grad else psi
 
 
-def self_regulate(w: Mapping[str, torch.Tensor], h: torch.Tensor, z: torch.Tensor, H: int, beta: float,
-                  eps: torch.Tensor, trace: bool = False):
-    """MUSE Algorithm 1 in ONE launch -> ``(z_t, a_t [B,A], h_next [B,D])`` (+ ``psi_trace [H,B,N]``)."""
+def self_regulate(w: Mapping[str, torch.Tensor], h: torch.Tensor, z: torch.Tensor | None, H: int, beta: float,
+                  eps: torch.Tensor, trace: bool = False, *, u: torch.Tensor | None = None,
+                  classes: int | None = None):
+    """MUSE Algorithm 1 in ONE launch -> ``(z_t, a_t [B,A], h_next [B,D])`` (+ ``psi_trace [H,B,N]``).
+    ``z=None``: z_t is sampled from the prior of h with ``u [B, S]`` first (by the reference)."""
+    if z is None:
+        z = prior_sample(w, h, u, classes)
     dims = dims_of(w)
     dev = _device_of(h, "h")
     B = h.shape[0] if h.dim() == 2 else -1

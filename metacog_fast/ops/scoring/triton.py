@@ -1,4 +1,5 @@
-"""Triton path of the trajectory-scoring kernels (docs/design.md §1.3).
+"""Triton glue of the scoring op (docs/design.md §1.3): ``score_layers`` and ``mean_pool_l2norm``
+with the names and arguments of :mod:`metacog_fast.ops.scoring.naive`, on contiguous fp32 tensors.
 
 One kernel per MLP layer: ``y = act(x @ W[:, :K1]^T (+ t @ W[:, K1:]^T) + b)``.
 Layer 0 reads the traj and task halves of ``l0.w`` in place (the concat is never
@@ -102,8 +103,8 @@ def _linear_act(x: torch.Tensor, t: torch.Tensor | None, w: torch.Tensor, b: tor
     return y
 
 
-def score_trajectories_triton(task_emb: torch.Tensor, traj_emb: torch.Tensor,
-                              layers: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+def score_layers(task_emb: torch.Tensor, traj_emb: torch.Tensor,
+                 layers: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
     """p [B] from task_emb [B or 1, Dta], traj_emb [B, Dtr] and the (w, b) layers (fp32, contiguous)."""
     x = _linear_act(traj_emb, task_emb, layers[0][0], layers[0][1],
                     ACT_SIGMOID if len(layers) == 1 else ACT_SILU)
@@ -112,7 +113,7 @@ def score_trajectories_triton(task_emb: torch.Tensor, traj_emb: torch.Tensor,
     return x[:, 0]
 
 
-def mean_pool_l2norm_triton(token_emb: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def mean_pool_l2norm(token_emb: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """[B, D] from token_emb [B, T, D] and mask [B, T] (fp32, contiguous)."""
     B, T, D = token_emb.shape
     y = torch.empty((B, D), dtype=torch.float32, device=token_emb.device)

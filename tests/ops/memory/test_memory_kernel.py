@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from metacog_fast.kernels import memory_rerank, memory_scores
-from metacog_fast.kernels.reference import memory as ref
+from metacog_fast.ops.memory import naive as ref
 
 BACKENDS = ["cpu", "torch"]
 SCORE_ATOL = 2e-6  # float32 dot products of unit vectors vs the float64 reference

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from metacog_fast.kernels.reference import rssm as ref
+from metacog_fast.ops.rssm import naive as ref
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 NVCC = shutil.which("nvcc") or (os.path.exists("/usr/local/cuda/bin/nvcc") and "/usr/local/cuda/bin/nvcc") or None
 ARCH = os.environ.get("METACOG_CUDA_ARCHITECTURES", "90").split(";")[0]
 
@@ -63,7 +63,7 @@ def test_cuda_binding_compiles(tmp_path):
         pytest.skip("no host C++ compiler")
     cmd = [cxx, "-std=c++17", "-fsyntax-only", "-DMETACOG_WITH_CUDA=1", "-I", str(ROOT / "csrc"),
            "-I", pybind11.get_include(), "-I", sysconfig.get_paths()["include"], "-I", str(cuda_inc),
-           str(ROOT / "csrc/cpu/rssm_cuda_bind.cpp")]
+           str(ROOT / "csrc/cuda/rssm_bind.cpp")]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-4000:]
 
@@ -75,7 +75,7 @@ XS = dict(D=256, Hd=256, S=32, C=32, A=4, E=256, L=2)
 
 
 def make_weights(D, Hd, S, C, A, E, L, seed=0, device="cuda"):
-    from metacog_fast.kernels.rssm import init_rssm_weights
+    from metacog_fast.ops.rssm import init_rssm_weights
 
     w = init_rssm_weights(None, D=D, Hd=Hd, S=S, C=C, A=A, E=E, L=L, seed=seed)
     g = torch.Generator().manual_seed(seed + 1)
@@ -122,7 +122,7 @@ CXX = shutil.which("g++") or shutil.which("c++")
 
 
 class EmuRssm:
-    """ctypes front of the emulated kernels with the signatures of metacog_fast.kernels.rssm_cuda."""
+    """ctypes front of the emulated kernels with the signatures of metacog_fast.ops.rssm.cuda."""
 
     def __init__(self, lib_path: Path):
         import ctypes
@@ -133,8 +133,8 @@ class EmuRssm:
         self.err = ctypes.create_string_buffer(1024)
 
     def _prep(self, w, S, C, B):
-        from metacog_fast.kernels.rssm_cuda import W_COUNT, pack_tensors
-        from metacog_fast.kernels.rssm_triton import dims_of
+        from metacog_fast.ops.rssm.cuda import W_COUNT, pack_tensors
+        from metacog_fast.ops.rssm.pack import dims_of
 
         ct = self.ct
         d = dims_of(w)
@@ -249,7 +249,7 @@ def test_emulated_self_regulate(emu, w_emu, B, H):
 
 
 def test_emulated_single_layer_three_outputs(emu):
-    from metacog_fast.kernels.rssm import init_rssm_weights
+    from metacog_fast.ops.rssm import init_rssm_weights
 
     w = init_rssm_weights(None, D=ODD["D"], Hd=ODD["Hd"], S=ODD["S"], C=ODD["C"], A=ODD["A"], E=ODD["E"], L=1, N=3,
                           seed=4)
@@ -264,8 +264,8 @@ def test_emulated_single_layer_three_outputs(emu):
 
 class _EmuExt:
     """Stands in for ``metacog_fast._core.rssm_cuda`` (same call signatures as the pybind11 binding in
-    csrc/cpu/rssm_cuda_bind.cpp) on the emulated kernels, so that the Python wrapper
-    metacog_fast/kernels/rssm_cuda.py runs end to end on the CPU."""
+    csrc/cuda/rssm_bind.cpp) on the emulated kernels, so that the Python wrapper
+    metacog_fast/ops/rssm/cuda.py runs end to end on the CPU."""
 
     W_COUNT = 35
     PERSISTENT_MAX_B = 8
@@ -307,7 +307,7 @@ class _EmuExt:
 def test_wrapper_runs_on_emulated_kernels(emu, w_emu, monkeypatch):
     import contextlib
 
-    from metacog_fast.kernels import rssm_cuda
+    from metacog_fast.ops.rssm import cuda as rssm_cuda
 
     monkeypatch.setattr(rssm_cuda, "_ext", lambda: _EmuExt(emu))
     monkeypatch.setattr(rssm_cuda, "_device_of", lambda x, name: x.device)
@@ -373,7 +373,7 @@ def gpu(f):
 def cu():
     if _WHY is not None:
         pytest.skip(_WHY)
-    from metacog_fast.kernels import rssm_cuda
+    from metacog_fast.ops.rssm import cuda as rssm_cuda
 
     return rssm_cuda
 
@@ -444,7 +444,7 @@ def test_gpu_self_regulate(cu, model, B, H):
 
 @gpu
 def test_gpu_dispatcher_matches_reference(cu):
-    from metacog_fast.kernels import rssm as api
+    from metacog_fast.ops.rssm import api
 
     w = make_weights(**ODD)
     h, z, *_ = inputs(ODD, 3, seed=9)
