@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from metacog_fast.agents.generative import AgentConfig, Features
-from metacog_fast.agents.generative_memory import PendingMemory
+from metacog_fast.agents.generative.memory import PendingMemory
 from metacog_fast.sim import load_scenario, load_world, visible_pairs
 from metacog_fast.sim.engine import SimConfig, Simulation
 from metacog_fast.sim.rules import ZombieHorde, ZombieRules

@@ -27,18 +27,21 @@ import random
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from metacog_fast.agents.generative import Action, AgentConfig, Decision, Features, GenerativeAgent, StepContext
-from metacog_fast.agents.generative_memory import MemoryStream, PendingMemory, ThreadSafeEncoder
+from metacog_fast.agents.generative.memory import MemoryStream, PendingMemory, ThreadSafeEncoder
 from metacog_fast.llm import BudgetExhausted
 from metacog_fast.memory import MemoryStore, ShortTermMemory
 from metacog_fast.sim.llm_adapter import SimLLM, StepCancelled
 from metacog_fast.sim.loader import Scenario
 from metacog_fast.sim.rules import ZombieHorde, ZombieRules, flee_cell
 from metacog_fast.sim.world import visible_pairs
+
+if TYPE_CHECKING:
+    from metacog_fast.agents.grounding import TextEncoder
 
 
 @dataclass
@@ -89,7 +92,7 @@ class StepTiming:
 class Simulation:
     """A scenario being simulated. ``run()`` steps it to the end; ``frames`` and ``log`` record it."""
 
-    def __init__(self, scenario: Scenario, llm: SimLLM | None, encoder: Any, out_dir: str,
+    def __init__(self, scenario: Scenario, llm: SimLLM | None, encoder: TextEncoder, out_dir: str,
                  config: SimConfig | None = None) -> None:
         self.sc = scenario
         self.cfg = config or SimConfig()
@@ -161,7 +164,7 @@ class Simulation:
     def _rate_importance(self, pairs: list[tuple[str, str]]) -> list[int | None]:
         if not self.cfg.use_llm or self.llm is None or self.budget_spent:
             return [None] * len(pairs)
-        from metacog_fast.agents import generative_prompts as P
+        from metacog_fast.agents.generative import prompts as P
 
         def one(p: tuple[str, str]) -> int | None:
             try:

@@ -12,11 +12,14 @@ all ten are saved with the score.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from metacog_fast.agents import generative_prompts as P
+from metacog_fast.agents.generative import prompts as P
 from metacog_fast.llm import BudgetExhausted
 from metacog_fast.sim.llm_adapter import RATINGS
+
+if TYPE_CHECKING:
+    from metacog_fast.llm.protocol import LLM
 
 CRITERIA: dict[str, str] = {
     "believability": "How believable and human-sounding are the agents' conversations and actions?",
@@ -89,7 +92,7 @@ def transcript(run: dict[str, Any], answers: list[dict[str, Any]], max_lines: in
     return "\n".join(lines)
 
 
-def judge(llm: Any, run: dict[str, Any], answers: list[dict[str, Any]]) -> dict[str, Any]:
+def judge(llm: LLM, run: dict[str, Any], answers: list[dict[str, Any]]) -> dict[str, Any]:
     """Scores 1-10 per criterion with the prompts and the ten rating logprobs."""
     llm.max_calls = None
     text = transcript(run, answers)

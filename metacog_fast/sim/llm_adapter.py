@@ -7,9 +7,12 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from metacog_fast.llm import BudgetExhausted
+
+if TYPE_CHECKING:
+    from metacog_fast.llm.protocol import LLM
 
 RATINGS = [f" {i}" for i in range(1, 11)]
 
@@ -47,7 +50,7 @@ class SimLLM:
     :class:`~metacog_fast.llm.BudgetExhausted` and agents fall back to their current plan.
     """
 
-    def __init__(self, llm: Any, *, serial: bool | None = None, max_calls: int | None = None) -> None:
+    def __init__(self, llm: LLM, *, serial: bool | None = None, max_calls: int | None = None) -> None:
         self.llm = llm
         uri = str(getattr(llm, "uri", ""))
         self.serial = (not uri.startswith(("http://", "https://"))) if serial is None else serial
@@ -123,7 +126,7 @@ class SimLLM:
         return clean_line(c.text)
 
 
-def _last_prompt_tokens(llm: Any) -> int:
+def _last_prompt_tokens(llm: LLM) -> int:
     hist = getattr(llm, "history", None)
     return int(hist[-1].prompt_tokens) if hist else 0
 

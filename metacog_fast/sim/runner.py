@@ -7,7 +7,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from metacog_fast.agents.generative import AgentConfig, Features
 from metacog_fast.sim.engine import SimConfig, Simulation, write_json
@@ -15,6 +15,9 @@ from metacog_fast.sim.evaluation import CRITERIA, culprit_named, expected_rating
 from metacog_fast.sim.llm_adapter import SimLLM
 from metacog_fast.sim.loader import load_scenario
 from metacog_fast.sim.viewer import write_viewer
+
+if TYPE_CHECKING:
+    from metacog_fast.agents.grounding import TextEncoder
 
 CONFIGS: dict[str, Features] = {
     "all": Features(True, True, True, True),
@@ -59,7 +62,7 @@ def open_resources(llm_uri: str | None = None, n_threads: int | None = None) -> 
     return SimLLM(open_llm(llm_uri, **opts)), MiniLMEncoder()
 
 
-def run_once(opts: RunOptions, features: Features, out_dir: str, llm: SimLLM, encoder: Any,
+def run_once(opts: RunOptions, features: Features, out_dir: str, llm: SimLLM, encoder: TextEncoder,
              agent_config: AgentConfig | None = None, progress: Any = None) -> dict[str, Any]:
     """Simulate one run and evaluate it; returns the summary (also written to ``summary.json``)."""
     sc = load_scenario(opts.scenario, opts.world, seed=opts.seed, n_agents=opts.agents, steps=opts.steps)
@@ -142,7 +145,7 @@ def _write_ablation(out_dir: str, doc: dict[str, Any]) -> None:
     os.replace(tmp, os.path.join(out_dir, "ablation.md"))
 
 
-def ablate(opts: RunOptions, out_dir: str, llm: SimLLM, encoder: Any, configs: tuple[str, ...] = DEFAULT_ABLATION,
+def ablate(opts: RunOptions, out_dir: str, llm: SimLLM, encoder: TextEncoder, configs: tuple[str, ...] = DEFAULT_ABLATION,
            runs: int = 3, agent_config: AgentConfig | None = None, log: Any = print) -> dict[str, Any]:
     """``runs`` runs (seeds seed, seed+1, ...) of each named configuration; writes ablation.json/.md."""
     unknown = [c for c in configs if c not in CONFIGS]

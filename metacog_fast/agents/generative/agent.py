@@ -28,10 +28,10 @@ import copy
 import random
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from metacog_fast.agents import generative_prompts as P
-from metacog_fast.agents.generative_memory import MemoryStream, PendingMemory
+from metacog_fast.agents.generative import prompts as P
+from metacog_fast.agents.generative.memory import MemoryStream, PendingMemory
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ class GenerativeAgent:
             self.timeline.append({"step": step, "kind": kind, "text": text})
 
     # ------------------------------------------------------------------ thinking
-    def think(self, ctx: StepContext, llm: Any, memory: MemoryStream | None,
+    def think(self, ctx: StepContext, llm: AgentLLM, memory: MemoryStream | None,
               cancel: threading.Event | None = None) -> Decision:
         """Decide this step's action (runs in a worker thread; touches only a copy of the mind)."""
         mind = copy.deepcopy(self.mind)
@@ -207,7 +207,7 @@ class GenerativeAgent:
             self.converse(ctx, llm, d.action.target, head, d, cancel)
         return d
 
-    def rate_progress(self, ctx: StepContext, llm: Any, mind: Mind, d: Decision,
+    def rate_progress(self, ctx: StepContext, llm: AgentLLM, mind: Mind, d: Decision,
                       cancel: threading.Event | None) -> int:
         """Rate progress toward the goal 1-10 with a reason; stored as a meta memory."""
         head = self.head(ctx.premise, mind)
@@ -221,7 +221,7 @@ class GenerativeAgent:
         d.events.append(("progress", f"{score}/10 {reason}"))
         return score
 
-    def meta_cognize(self, ctx: StepContext, llm: Any, mem: MemoryStream | None, mind: Mind, d: Decision,
+    def meta_cognize(self, ctx: StepContext, llm: AgentLLM, mem: MemoryStream | None, mind: Mind, d: Decision,
                      cancel: threading.Event | None) -> None:
         """Introspective questions answered from memory; goal and strategy revision."""
         d.metacognized = True
@@ -271,7 +271,7 @@ class GenerativeAgent:
             self.name, f"{self.name}'s new strategy: {mind.strategy or 'go to the ' + mind.target}; "
                        f"best place: {mind.target}", "meta", ctx.place))
 
-    def reflect(self, ctx: StepContext, llm: Any, mind: Mind, d: Decision, cancel: threading.Event | None) -> None:
+    def reflect(self, ctx: StepContext, llm: AgentLLM, mind: Mind, d: Decision, cancel: threading.Event | None) -> None:
         insight = llm.text(P.reflection(self.head(ctx.premise, mind), self.name, ctx.memories[:6]), "reflection",
                            max_tokens=self.config.answer_tokens, cancel=cancel)
         mind.importance_acc = 0.0
@@ -279,7 +279,7 @@ class GenerativeAgent:
             d.memories.append(PendingMemory(self.name, f"{self.name} realised: {insight}", "reflection", ctx.place))
             d.events.append(("reflection", insight))
 
-    def make_plan(self, ctx: StepContext, llm: Any, mind: Mind, d: Decision, cancel: threading.Event | None) -> None:
+    def make_plan(self, ctx: StepContext, llm: AgentLLM, mind: Mind, d: Decision, cancel: threading.Event | None) -> None:
         head = self.head(ctx.premise, mind)
         text = llm.text(P.plan(head, self.name, ctx.memories[:4]), "plan", max_tokens=20, cancel=cancel)
         places = self._shuffled(ctx, "plan")
@@ -298,7 +298,7 @@ class GenerativeAgent:
         rng.shuffle(places)
         return places
 
-    def converse(self, ctx: StepContext, llm: Any, other: str, head: str, d: Decision,
+    def converse(self, ctx: StepContext, llm: AgentLLM, other: str, head: str, d: Decision,
                  cancel: threading.Event | None) -> None:
         line = llm.text(P.say(head, self.name, other, ctx.place, ctx.memories[:3]), "talk",
                         max_tokens=self.config.talk_tokens, stop=['"', "\n"], cancel=cancel)

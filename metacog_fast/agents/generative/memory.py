@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from metacog_fast.memory import MemoryStore, ShortTermMemory
+
+if TYPE_CHECKING:
+    from metacog_fast.agents.grounding import TextEncoder
 
 KINDS = ("observation", "conversation", "reflection", "meta", "plan")
 """Memory kinds of a generative agent (``meta`` = metacognition memories)."""
@@ -36,7 +39,7 @@ class PendingMemory:
 class ThreadSafeEncoder:
     """Serialises a text encoder (``encode(list[str]) -> [N, D]``) for use from worker threads."""
 
-    def __init__(self, encoder: Any) -> None:
+    def __init__(self, encoder: TextEncoder) -> None:
         self.encoder = encoder
         self._lock = threading.Lock()
         self.seconds = 0.0
