@@ -2,12 +2,15 @@
 episodes (with the per-step self-assessment psi recorded)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from metacog_fast.agents.muse_wm import MuseWMAgent
 from metacog_fast.train.replay import Episode, EpisodeRecorder
+
+if TYPE_CHECKING:
+    from metacog_fast.envs.base import Env
 
 
 def make_metaworld(task: str, seed: int, T_max: int, novel: bool) -> Any:
@@ -23,7 +26,7 @@ def make_metaworld(task: str, seed: int, T_max: int, novel: bool) -> Any:
     return MetaWorldEnv(task=task, seed=seed, max_episode_steps=T_max, zero_task_embedding=novel)
 
 
-def scripted_episode(env: Any, rng: np.random.Generator, T_max: int, noise: float, delay: float,
+def scripted_episode(env: Env, rng: np.random.Generator, T_max: int, noise: float, delay: float,
                      reset_seed: int, action_dim: int = 4) -> Episode:
     """The expert with Gaussian action noise ``noise``, taking over after ``delay * T_max`` steps of
     uniformly random actions (``delay >= 1``: random actions throughout)."""
@@ -43,7 +46,7 @@ def scripted_episode(env: Any, rng: np.random.Generator, T_max: int, noise: floa
     return rec.finish()
 
 
-def agent_episode(env: Any, agent: MuseWMAgent, T_max: int, reset_seed: int, source: str = "agent") -> Episode:
+def agent_episode(env: Env, agent: MuseWMAgent, T_max: int, reset_seed: int, source: str = "agent") -> Episode:
     """One episode driven by ``agent``; records psi [T+1, N] (psi of each observed state, the last
     observation included) under ``extra["psi"]``."""
     obs, info = env.reset(seed=reset_seed)

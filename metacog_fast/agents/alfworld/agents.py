@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from metacog_fast.agents.alfworld.actions import ActionMapper, clean_action, is_
 from metacog_fast.agents.alfworld.config import AgentConfig
 from metacog_fast.agents.alfworld.fcrf import LessonPool, deep_reflection, difficulty
 from metacog_fast.agents.alfworld.memory import ReflectionMemory
+
+if TYPE_CHECKING:
+    from metacog_fast.llm.protocol import LLM
 
 
 @dataclass
@@ -56,7 +59,7 @@ class Decision:
     """Agent-specific (MUSE: rollouts and scores)."""
 
 
-def generate_plan(llm: Any, examples: Sequence[dict[str, Any]], ctx: "EpisodeContext", notes: Sequence[str],
+def generate_plan(llm: LLM, examples: Sequence[dict[str, Any]], ctx: "EpisodeContext", notes: Sequence[str],
                   max_tokens: int) -> str:
     """The initial plan P of an episode (greedy), from the examples' plans and the task."""
     out = llm.complete(prompts.plan_prompt(examples, ctx.intro, notes), max_tokens=max_tokens,
@@ -70,7 +73,7 @@ class ReActAgent:
 
     name = "react"
 
-    def __init__(self, llm: Any, examples: dict[str, list[dict[str, Any]]], config: AgentConfig,
+    def __init__(self, llm: LLM, examples: dict[str, list[dict[str, Any]]], config: AgentConfig,
                  mapper: ActionMapper) -> None:
         self.llm, self.examples, self.cfg, self.mapper = llm, examples, config.validate(), mapper
         self.ctx: EpisodeContext | None = None
@@ -128,7 +131,7 @@ class ReflexionAgent(ReActAgent):
 
     name = "reflexion"
 
-    def __init__(self, llm: Any, examples: dict[str, list[dict[str, Any]]], config: AgentConfig,
+    def __init__(self, llm: LLM, examples: dict[str, list[dict[str, Any]]], config: AgentConfig,
                  mapper: ActionMapper, memory: ReflectionMemory, record_plan: bool = False) -> None:
         super().__init__(llm, examples, config, mapper)
         self.memory = memory
@@ -178,7 +181,7 @@ class MuseAgent(ReflexionAgent):
 
     name = "muse"
 
-    def __init__(self, llm: Any, examples: dict[str, list[dict[str, Any]]], config: AgentConfig,
+    def __init__(self, llm: LLM, examples: dict[str, list[dict[str, Any]]], config: AgentConfig,
                  mapper: ActionMapper, memory: ReflectionMemory, scorer: Any, select: str = "highest") -> None:
         super().__init__(llm, examples, config, mapper, memory)
         if select not in ("highest", "lowest", "random"):
@@ -266,7 +269,7 @@ class FcrfAgent(ReActAgent):
 
     name = "fcrf"
 
-    def __init__(self, llm: Any, examples: dict[str, list[dict[str, Any]]], config: AgentConfig,
+    def __init__(self, llm: LLM, examples: dict[str, list[dict[str, Any]]], config: AgentConfig,
                  mapper: ActionMapper, memory: ReflectionMemory, pool: LessonPool | None = None) -> None:
         super().__init__(llm, examples, config, mapper)
         self.memory = memory

@@ -5,18 +5,22 @@ Success is ``info["won"]`` (never ``done``, which is also True at the step limit
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from metacog_fast.agents.alfworld.agents import EpisodeContext
 from metacog_fast.agents.alfworld.fewshot import strip_intro
 
+if TYPE_CHECKING:
+    from metacog_fast.envs.base import Env
+    from metacog_fast.llm.protocol import LLM
 
-def llm_totals(llm: Any) -> tuple[int, int, int, float]:
+
+def llm_totals(llm: LLM) -> tuple[int, int, int, float]:
     u = llm.usage
     return u.calls, u.prompt_tokens, u.completion_tokens, u.seconds
 
 
-def run_episode(env: Any, agent: Any, llm: Any, game: str, gamefile: str, episode: int, phase: str,
+def run_episode(env: Env, agent: Any, llm: LLM, game: str, gamefile: str, episode: int, phase: str,
                 max_steps: int) -> dict[str, Any]:
     """Play one episode of ``gamefile``; returns the JSON-able record (see docs/alfworld_agents.md)."""
     t_start = time.perf_counter()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from metacog_fast.agents.experience import entries as en
 from metacog_fast.agents.experience import prompts as pr
@@ -14,6 +14,12 @@ from metacog_fast.agents.experience.grounding import LoopBreaker, subtask_comman
 from metacog_fast.agents.experience.memory import ExperienceMemory, now_iso
 from metacog_fast.agents.experience.tools import ACCESS_GUIDE, ENV_TOOLS, FINISH, action_type
 from metacog_fast.agents.experience.trajectory import Step, SubTask, SubTaskQueue, SubTaskResult
+
+if TYPE_CHECKING:
+    from metacog_fast.agents.grounding import TextEncoder
+    from metacog_fast.agents.grounding import ActionMapper
+    from metacog_fast.envs.base import Env
+    from metacog_fast.llm.protocol import LLM
 
 AUTO_CONSULT_SIM = 0.5
 """Cosine (skill vs sub-task) above which the best SOP is fetched automatically at sub-task start."""
@@ -54,9 +60,9 @@ class PlanExecuteAgent:
     ``memory=None`` or ``config.use_memory=False`` is the no-memory baseline; ``config.learn=False``
     reads memory without writing (transfer / cross-model)."""
 
-    def __init__(self, llm: Any, env_name: str, memory: ExperienceMemory | None = None,
+    def __init__(self, llm: LLM, env_name: str, memory: ExperienceMemory | None = None,
                  config: ExperienceConfig | None = None, run_id: str = "", model: str = "",
-                 count_tokens: pr.TokenCounter | None = None, encoder: Any = None,
+                 count_tokens: pr.TokenCounter | None = None, encoder: TextEncoder | None = None,
                  embed: Any = None) -> None:
         """``encoder``: a MiniLM encoder (``.encode(texts) -> [N, 384]``) for "embed" grounding;
         None loads the package's one on first use. ``embed``: the text embedder of the command
@@ -79,12 +85,12 @@ class PlanExecuteAgent:
 
             embed = memory.embed if memory is not None else hashing_embedder
         self.embed = embed
-        self._mapper: Any = None
+        self._mapper: ActionMapper | None = None
 
-    def mapper(self) -> Any:
-        """The ALFWorld agents' ActionMapper in this config's mode (built on first use)."""
+    def mapper(self) -> ActionMapper:
+        """The shared ActionMapper (metacog_fast.agents.grounding) in this config's mode (built on first use)."""
         if self._mapper is None:
-            from metacog_fast.agents.alfworld.actions import ActionMapper
+            from metacog_fast.agents.grounding import ActionMapper
 
             mode = self.config.action_grounding
             if mode == "embed" and self._encoder is None:
@@ -95,7 +101,7 @@ class PlanExecuteAgent:
         return self._mapper
 
     # ------------------------------------------------------------- one task
-    def run_task(self, env: Any, **reset_options: Any) -> TaskRecord:
+    def run_task(self, env: Env, **reset_options: Any) -> TaskRecord:
         t0 = time.perf_counter()
         u0 = (self.llm.usage.prompt_tokens + self.llm.usage.completion_tokens, self.llm.usage.calls)
         obs, info = env.reset(**reset_options)

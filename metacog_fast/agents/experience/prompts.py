@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from metacog_fast.agents.experience.trajectory import Step, SubTask
+
+if TYPE_CHECKING:
+    from metacog_fast.llm.protocol import LLM
 
 TokenCounter = Callable[[str], int]
 
@@ -18,7 +21,7 @@ def approx_tokens(text: str) -> int:
     return math.ceil(len(text) / 3)
 
 
-def llm_token_counter(llm: Any) -> TokenCounter:
+def llm_token_counter(llm: LLM) -> TokenCounter:
     """Exact counts from the embedded model's tokenizer when reachable, else :func:`approx_tokens`."""
     model = getattr(llm, "_llama", None) or getattr(getattr(llm, "_session", None), "llama", None)
     if model is not None and hasattr(model, "tokenize"):

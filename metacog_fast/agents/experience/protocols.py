@@ -14,13 +14,16 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from metacog_fast.agents.experience.agent import PlanExecuteAgent
 from metacog_fast.agents.experience.config import ExperienceConfig
 from metacog_fast.agents.experience.embed import make_embedder
 from metacog_fast.agents.experience.memory import ExperienceMemory, atomic_write_text, open_store
 from metacog_fast.agents.experience.metrics import summarise, write_metrics
+
+if TYPE_CHECKING:
+    from metacog_fast.llm.protocol import LLM
 
 
 @dataclass
@@ -70,7 +73,7 @@ def open_env(cfg: ProtocolConfig, game: str) -> tuple[Any, dict[str, Any]]:
 class Run:
     """A resumable protocol run in one folder."""
 
-    def __init__(self, cfg: ProtocolConfig, exp: ExperienceConfig | None = None, llm: Any = None,
+    def __init__(self, cfg: ProtocolConfig, exp: ExperienceConfig | None = None, llm: LLM | None = None,
                  log: Callable[[str], None] = print) -> None:
         self.cfg, self.exp, self.log = cfg, exp or ExperienceConfig(), log
         os.makedirs(cfg.out, exist_ok=True)
@@ -147,7 +150,7 @@ class Run:
         return metrics
 
 
-def continuous_learning(cfg: ProtocolConfig, exp: ExperienceConfig | None = None, llm: Any = None,
+def continuous_learning(cfg: ProtocolConfig, exp: ExperienceConfig | None = None, llm: LLM | None = None,
                         log: Callable[[str], None] = print) -> dict[str, Any]:
     """Baseline once (no memory), then ``iterations`` passes over the games with memory carried forward."""
     run = Run(cfg, exp, llm, log)
@@ -160,7 +163,7 @@ def continuous_learning(cfg: ProtocolConfig, exp: ExperienceConfig | None = None
     return run.finish()
 
 
-def transfer(cfg: ProtocolConfig, exp: ExperienceConfig | None = None, llm: Any = None,
+def transfer(cfg: ProtocolConfig, exp: ExperienceConfig | None = None, llm: LLM | None = None,
              log: Callable[[str], None] = print) -> dict[str, Any]:
     """Frozen memory (``cfg.memory_in``) used zero-shot on ``cfg.games`` (disjoint from where it was learnt),
     against the no-memory baseline on the same games. Also the cross-model protocol when ``cfg.llm_uri``

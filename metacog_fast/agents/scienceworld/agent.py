@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from metacog_fast.agents.scienceworld.amm import AMM, EpisodicRecord, is_invalid, salience
 from metacog_fast.agents.scienceworld.config import AgentConfig
@@ -13,6 +13,10 @@ from metacog_fast.agents.scienceworld.sage import Critic, Sage
 from metacog_fast.agents.scienceworld.stagnation import Step, stagnation_signals
 from metacog_fast.agents.scienceworld.swift import SwiftState
 from metacog_fast.agents.scienceworld.text import room_of
+
+if TYPE_CHECKING:
+    from metacog_fast.envs.base import Env
+    from metacog_fast.llm.protocol import LLM
 
 
 @dataclass
@@ -70,7 +74,7 @@ class EpisodeResult:
 class DualProcessAgent:
     """Swift + Sage (+ AMM, + SRM). ``swift``: RankerSwift or LLMSwift; ``amm``: AMM or None."""
 
-    def __init__(self, cfg: AgentConfig, swift: Any, llm: Any, amm: AMM | None = None) -> None:
+    def __init__(self, cfg: AgentConfig, swift: Any, llm: LLM, amm: AMM | None = None) -> None:
         cfg.validate()
         if cfg.use_amm and amm is None:
             raise ValueError("amm: this configuration uses AMM; pass an AMM over a memory store")
@@ -81,7 +85,7 @@ class DualProcessAgent:
         self.sage = Sage(llm, cfg.sage_plan_tokens, cfg.sage_actions)
         self.critic = Critic(llm, cfg.critic_budget, cfg.sage_plan_tokens)
 
-    def run(self, env: Any, variation: int, config_name: str = "", write_memory: bool = True) -> EpisodeResult:
+    def run(self, env: Env, variation: int, config_name: str = "", write_memory: bool = True) -> EpisodeResult:
         cfg = self.cfg
         llm_s = 0.0
         env_s = 0.0
@@ -227,7 +231,7 @@ class DualProcessAgent:
         )
 
 
-def run_episode(env: Any, cfg: AgentConfig, swift: Any, llm: Any, variation: int, amm: AMM | None = None,
+def run_episode(env: Env, cfg: AgentConfig, swift: Any, llm: LLM, variation: int, amm: AMM | None = None,
                 config_name: str = "", write_memory: bool = True) -> EpisodeResult:
     """One episode of the dual-process agent on ``env`` (a ScienceWorld adapter)."""
     return DualProcessAgent(cfg, swift, llm, amm).run(env, variation, config_name, write_memory)

@@ -9,11 +9,15 @@ import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from metacog_fast.agents.scienceworld.config import CONFIG_NAMES, config_for
 from metacog_fast.agents.scienceworld.store import episode_path, read_json, write_json
 from metacog_fast.agents.scienceworld.swift import GoldExample, RankerModel, train_ranker
+
+if TYPE_CHECKING:
+    from metacog_fast.envs.base import Env
+    from metacog_fast.llm.protocol import LLM
 
 
 @dataclass
@@ -78,7 +82,7 @@ def parse_tasks(spec: str) -> list[int]:
 
 
 # ------------------------------------------------------------------ gold paths
-def walk_gold(env: Any, variation: int) -> list[GoldExample]:
+def walk_gold(env: Env, variation: int) -> list[GoldExample]:
     """Reset ``env`` to ``variation`` and follow its gold path, recording each state whose gold
     action is admissible."""
     obs, info = env.reset(variation=variation)
@@ -145,7 +149,7 @@ def _llm(cfg: RunConfig) -> Any:
     return _WORKER["llm"]
 
 
-def make_swift(kind: str, run: str, llm: Any) -> Any:
+def make_swift(kind: str, run: str, llm: LLM) -> Any:
     from metacog_fast.agents.scienceworld.swift import LLMSwift, RankerSwift
 
     if kind == "ranker":

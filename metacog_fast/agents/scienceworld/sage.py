@@ -6,7 +6,10 @@ constrained choice among grounded options, so every buffered action was valid wh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from metacog_fast.llm.protocol import LLM
 
 
 @dataclass
@@ -63,7 +66,7 @@ def _first_line(text: str) -> str:
     return ""
 
 
-def _pick(llm: Any, prompt: str, options: list[str], n: int) -> list[str]:
+def _pick(llm: LLM, prompt: str, options: list[str], n: int) -> list[str]:
     chosen: list[str] = []
     left = list(options)
     for i in range(min(n, len(left))):
@@ -76,7 +79,7 @@ def _pick(llm: Any, prompt: str, options: list[str], n: int) -> list[str]:
 class Sage:
     """The slow planner. ``llm``: a :class:`metacog_fast.llm.LLM`."""
 
-    def __init__(self, llm: Any, plan_tokens: int = 24, n_actions: int = 2) -> None:
+    def __init__(self, llm: LLM, plan_tokens: int = 24, n_actions: int = 2) -> None:
         self.llm = llm
         self.plan_tokens = plan_tokens
         self.n_actions = n_actions
@@ -93,7 +96,7 @@ class Sage:
 class Critic:
     """SRM Critic, called only on stagnation, at most ``budget`` times per episode."""
 
-    def __init__(self, llm: Any, budget: int = 3, plan_tokens: int = 24) -> None:
+    def __init__(self, llm: LLM, budget: int = 3, plan_tokens: int = 24) -> None:
         self.llm = llm
         self.budget = budget
         self.plan_tokens = plan_tokens

@@ -16,12 +16,15 @@ from __future__ import annotations
 import os
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from metacog_fast._atomic import atomic_open
 from metacog_fast.agents.scienceworld.text import hash_vec, tokens, verb
+
+if TYPE_CHECKING:
+    from metacog_fast.llm.protocol import LLM
 
 HC = 256
 HT = 256
@@ -267,7 +270,7 @@ class LLMSwift:
 
     name = "llm"
 
-    def __init__(self, llm: Any, k: int = 8) -> None:
+    def __init__(self, llm: LLM, k: int = 8) -> None:
         self.llm = llm
         self.k = k
         self.cache = FeatureCache()
