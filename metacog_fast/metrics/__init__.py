@@ -1,7 +1,9 @@
 """Metrics shared by the agents: Type-2 (metacognitive) AUROC and ROC, metacognitive
-accuracy, quantile labels, success rate, tasks solved, steps to success, plots."""
+accuracy, quantile labels, success rate, tasks solved, steps to success, intervals and paired
+tests, plots."""
 from __future__ import annotations
 
+from metacog_fast.metrics.intervals import mcnemar_exact, paired_bootstrap, rate_with_interval, wilson_interval
 from metacog_fast.metrics.outcomes import (
     mean_steps_charged,
     mean_steps_to_success,
@@ -14,6 +16,10 @@ from metacog_fast.metrics.type2 import auroc2, average_ranks, metacognitive_accu
 
 __all__ = [
     "auroc2",
+    "mcnemar_exact",
+    "paired_bootstrap",
+    "rate_with_interval",
+    "wilson_interval",
     "average_ranks",
     "mean_steps_charged",
     "mean_steps_to_success",

@@ -96,7 +96,7 @@ def open_llm_for(cfg: RunConfig) -> Any:
     from metacog_fast.llm import open_llm
 
     uri = cfg.llm
-    if uri is None or uri.startswith("llama-cpp"):
+    if uri is None or uri.startswith(("llama-cpp", "finetuned")):
         return open_llm(uri, n_threads=cfg.n_threads, n_ctx=cfg.n_ctx, seed=cfg.agent_config.seed)
     return open_llm(uri)
 

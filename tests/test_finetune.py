@@ -1,0 +1,231 @@
+"""Pre-deployment fine-tuning: datasets in the agents' own transcript form, a tiny SFT run that
+lowers the loss, survives a kill and exports to GGUF that llama.cpp loads and generates from, and
+the clear errors for missing data, damaged checkpoints and unknown model names."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from metacog_fast.agents.alfworld.actions import ActionMapper
+from metacog_fast.agents.alfworld.agents import EpisodeContext, ReActAgent
+from metacog_fast.agents.alfworld.config import AgentConfig
+from metacog_fast.agents.alfworld.fewshot import load_examples
+from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT
+from metacog_fast.finetune import DataConfig, actor_transcript, build_dataset, load_dataset
+from metacog_fast.finetune.data import select_walkthrough_games
+
+pytest.importorskip("trl")
+from metacog_fast.finetune.sft import SFTConfig, build_rows, check_checkpoint, select_examples, token_labels, train_sft  # noqa: E402
+
+TINY = dict(batch_size=2, micro_batch_size=2, save_steps=2, epochs=2.0, learning_rate=2e-3, max_examples=6)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ft") / "data"
+    manifest = build_dataset(out, DataConfig(max_games=6))
+    return out, manifest
+
+
+def _agent_prompts(intro: str, pairs, examples: int) -> list[str]:
+    shots = load_examples(DEFAULT_FEWSHOT, max(examples, 1)) if examples else {}
+    agent = ReActAgent(None, shots or {"x": []}, AgentConfig(examples=examples, map_actions="none"),
+                       ActionMapper("none"))
+    task_type = next(iter(shots)) if shots else "x"
+    agent.begin(EpisodeContext("g", "Your task is to: x", task_type, intro, 0))
+    prompts = []
+    for a, o in pairs:
+        prompts.append(agent.prompt())
+        agent.observe(a, o)
+    return prompts, (shots.get(task_type, [])[:examples] if shots else [])
+
+
+def test_dataset_of_three_games_has_the_agents_exact_prompts(dataset):
+    out, manifest = dataset
+    ex = load_dataset(out)
+    assert manifest["examples"] == len(ex) == 6 and manifest["by_source"] == {"alfworld_expert": 6}
+    assert len(manifest["by_task_type"]) == 6 and manifest["walkthroughs_not_won"] == []
+    assert len(manifest["dataset_sha256"]) == 64
+    for e in ex[:3]:
+        assert e["won"] and e["source"] == "alfworld_expert" and e["split"] == "train"
+        for examples in (0, 2):
+            prompts, shots = _agent_prompts(e["intro"], e["pairs"], examples)
+            t = actor_transcript(e["intro"], e["pairs"], shots)
+            assert len(t.action_spans) == len(e["pairs"]) == len(t.observation_spans)
+            for k, (s, end) in enumerate(t.action_spans):
+                assert t.text[:s] == prompts[k]  # the prompt the agent sends at step k, to the character
+                assert t.text[s:end] == f" {e['pairs'][k][0]}\n"
+            for k, (s, end) in enumerate(t.observation_spans):
+                assert t.text[s:end] == e["pairs"][k][1] + "\n"
+
+
+def test_dataset_resumes_and_refuses_another_config(dataset, tmp_path):
+    out, manifest = dataset
+    again = build_dataset(out, DataConfig(max_games=6, workers=2))  # every game already played
+    assert again["dataset_sha256"] == manifest["dataset_sha256"]
+    with pytest.raises(ValueError, match="another configuration"):
+        build_dataset(out, DataConfig(max_games=5))
+    with pytest.raises(ValueError, match="valid_unseen is held out"):
+        DataConfig(split="valid_unseen").validate()
+    games = select_walkthrough_games("train", 12)
+    assert len(games) == 12 and len({g.parent.parent.name.split("-")[0] for g in games}) == 6
+
+
+def test_token_labels_cover_exactly_the_loss_spans(dataset):
+    from metacog_fast.finetune.base import load_tokenizer
+
+    tok = load_tokenizer("smollm2")
+    e = load_dataset(dataset[0])[0]
+    t = actor_transcript(e["intro"], e["pairs"])
+    for loss in ("actions", "actions+observations"):
+        ids, labels = token_labels(tok, t.text, t.loss_spans(loss), 4096)
+        assert ids == tok(t.text, add_special_tokens=False)["input_ids"]
+        kept = tok.decode([i for i, lab in zip(ids, labels) if lab != -100])
+        want = "".join(t.text[s:end] for s, end in t.loss_spans(loss))
+        assert kept == want
+    ids, labels = token_labels(tok, t.text, t.loss_spans("actions"), 20)
+    assert len(ids) == len(labels) == 20
+
+
+def test_selection_is_seeded_and_budgeted(dataset):
+    ex = load_dataset(dataset[0])
+    a = select_examples(ex, SFTConfig(seed=1, max_examples=4))
+    assert [e["id"] for e in a] == [e["id"] for e in select_examples(ex, SFTConfig(seed=1, max_examples=4))]
+    assert len(a) == 4
+    with pytest.raises(ValueError, match="sources"):
+        SFTConfig(sources=("web",)).validate()
+    with pytest.raises(ValueError, match="batch_size"):
+        SFTConfig(batch_size=6, micro_batch_size=4).validate()
+
+
+def test_missing_dataset_and_unknown_base_are_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="metacog finetune data"):
+        load_dataset(tmp_path / "nothing")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "dataset.jsonl").write_text("{not json\n")
+    with pytest.raises(ValueError, match="line 1 is not JSON"):
+        load_dataset(tmp_path / "bad")
+    from metacog_fast.finetune.base import base_gguf
+
+    with pytest.raises(ValueError, match="unknown model name 'gpt-9'"):
+        base_gguf("gpt-9")
+
+
+_TRAIN = """
+import sys
+from metacog_fast.finetune.sft import SFTConfig, train_sft
+train_sft(sys.argv[1], sys.argv[2], SFTConfig(**{tiny}), max_steps=6)
+"""
+
+
+@pytest.fixture(scope="module")
+def trained(dataset, tmp_path_factory):
+    """A tiny LoRA run killed (SIGKILL) after its first checkpoint, then resumed to the end."""
+    run = tmp_path_factory.mktemp("ft") / "sft"
+    code = _TRAIN.format(tiny=repr(TINY))
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    proc = subprocess.Popen([sys.executable, "-c", code, str(dataset[0]), str(run)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ck = run / "checkpoints" / "checkpoint-2"
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None and not (ck / "trainer_state.json").exists():
+        time.sleep(0.5)
+    killed = proc.poll() is None
+    if killed:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (ck / "trainer_state.json").exists(), "the first run wrote no checkpoint"
+    facts = train_sft(dataset[0], run, SFTConfig(**TINY), max_steps=6)
+    return run, facts, killed, dataset[0]
+
+
+def test_training_resumes_after_a_kill_and_lowers_the_loss(trained):
+    run, facts, killed, data = trained
+    assert killed, "the first run finished before it could be killed"
+    assert facts["resumed_from"] and Path(facts["resumed_from"]).name.startswith("checkpoint-")
+    assert facts["steps"] == 6 and (run / "final" / "adapter_model.safetensors").is_file()
+    log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in log if "loss" in r]
+    assert losses[-1] < losses[0]
+    assert any(r.get("tokens_per_second") for r in log)
+    # the finished run is returned as is, and another configuration is refused
+    assert train_sft(data, run, SFTConfig(**TINY), max_steps=6)["steps"] == 6
+    with pytest.raises(ValueError, match="another configuration"):
+        train_sft(data, run, SFTConfig(**{**TINY, "lora_r": 8}), max_steps=6)
+
+
+def test_damaged_checkpoint_is_a_clear_error(trained, tmp_path):
+    import shutil
+
+    run = trained[0]
+    ck = sorted((run / "checkpoints").glob("checkpoint-*"))[-1]
+    bad = tmp_path / ck.name
+    shutil.copytree(ck, bad)
+    w = bad / "adapter_model.safetensors"
+    w.write_bytes(w.read_bytes()[: 1000])
+    with pytest.raises(ValueError, match="is damaged"):
+        check_checkpoint(bad, "lora")
+    (bad / "optimizer.pt").unlink()
+    with pytest.raises(ValueError, match="optimizer.pt is missing"):
+        check_checkpoint(bad, "lora")
+
+
+@pytest.mark.parametrize("fmt", ["adapter", "merged"])
+def test_export_loads_in_llama_cpp_and_generates(trained, tmp_path, monkeypatch, fmt):
+    from metacog_fast.finetune.export import ExportConfig, export_gguf
+    from metacog_fast.llm import open_llm
+
+    run = trained[0]
+    monkeypatch.setenv("METACOG_MODELS_HOME", str(tmp_path / "models"))
+    model = export_gguf(run, tmp_path / "export", ExportConfig(format=fmt, name=f"tiny-{fmt}"))
+    assert (tmp_path / "export" / model["file"]).is_file() and model["prompt"] == {"examples": 0}
+    if fmt == "adapter":
+        assert model["bytes"] < 16 * 2**20  # small enough to ship
+    for uri in (f"llama-cpp://{tmp_path / 'export'}", f"finetuned:tiny-{fmt}"):
+        llm = open_llm(uri, n_threads=1, n_ctx=512)
+        try:
+            out = llm.complete("You control a helper robot in a house.\n\n### Your turn\nYour task is to: "
+                               "put a pen in desk.\n>", max_tokens=8, temperature=0.0)
+            assert out[0].completion_tokens > 0
+            assert (llm.lora_path is not None) == (fmt == "adapter")
+        finally:
+            llm.close()
+
+
+def test_unknown_finetuned_name_lists_what_is_known(tmp_path, monkeypatch):
+    from metacog_fast.llm import open_llm
+
+    monkeypatch.setenv("METACOG_MODELS_HOME", str(tmp_path))
+    with pytest.raises(ValueError, match="finetuned:nope: unknown model name"):
+        open_llm("finetuned:nope")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "model.json").write_text("{}")
+    with pytest.raises(ValueError, match="malformed model.json"):
+        open_llm("finetuned:broken")
+
+
+def test_permutation_matches_llama_cpp_layout():
+    """transformers un-permutes Q/K when it reads the GGUF; our export must redo it exactly."""
+    import numpy as np
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    from metacog_fast.finetune.base import load_model
+    from metacog_fast.finetune.export import permute_qk
+    from metacog_fast.llm.models import default_gguf
+
+    r = GGUFReader(default_gguf())
+    t = {x.name: x for x in r.tensors}
+    m = load_model("smollm2")
+    sd = m.state_dict()
+    for hf, gg, heads in (("model.layers.3.self_attn.q_proj.weight", "blk.3.attn_q.weight", 9),
+                          ("model.layers.3.self_attn.k_proj.weight", "blk.3.attn_k.weight", 3)):
+        want = dequantize(t[gg].data, t[gg].tensor_type)
+        np.testing.assert_array_equal(permute_qk(sd[hf].numpy(), heads), want)
