@@ -35,7 +35,9 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     den = 1.0 + z * z / n
     centre = (p + z * z / (2 * n)) / den
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lo = 0.0 if successes == 0 else max(0.0, centre - half)  # exact ends: no rounding residue
+    hi = 1.0 if successes == n else min(1.0, centre + half)
+    return lo, hi
 
 
 def rate_with_interval(outcomes: Any, confidence: float = 0.95) -> dict[str, float | int]:
