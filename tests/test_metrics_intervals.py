@@ -14,8 +14,8 @@ def test_wilson_known_values():
     assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-4)
     lo, hi = wilson_interval(5, 10)
     assert (lo, hi) == (pytest.approx(0.2366, abs=1e-4), pytest.approx(0.7634, abs=1e-4))
-    lo, hi = wilson_interval(10, 10)
-    assert hi == 1.0 and lo == pytest.approx(0.7225, abs=1e-4)
+    lo10, hi10 = wilson_interval(10, 10)
+    assert hi10 == 1.0 and lo10 == pytest.approx(0.7225, abs=1e-4)
     lo90, hi90 = wilson_interval(5, 10, 0.90)
     assert lo90 > lo and hi90 < hi  # a lower confidence gives a narrower interval
     r = rate_with_interval([True, False, True, True])
