@@ -68,7 +68,7 @@ def _print_summary(results: dict[str, dict[str, Any]]) -> None:
         t.add_column(col, justify="right" if col not in ("part", "note") else "left")
     for name, r in results.items():
         if "skipped" in r:
-            t.add_row(name, "-", "-", "-", "-", "-", f"[yellow]skipped: {r['skipped']}[/yellow]")
+            t.add_row(name, "-", "-", "-", "-", "-", f"[yellow]skipped: {r['skipped'].split(':')[0]}[/yellow]")
             continue
         if "error" in r:
             t.add_row(name, "-", "-", "-", "-", "-", f"[red]{r['error']}[/red]")
@@ -90,7 +90,10 @@ def _print_summary(results: dict[str, dict[str, Any]]) -> None:
             _fmt(r.get("wall_seconds"), ".1f"),
             note,
         )
-    Console().print(t)
+    con = Console()
+    con.print(t)
+    for why in dict.fromkeys(r["skipped"] for r in results.values() if "skipped" in r):
+        con.print(f"[yellow]skipped[/yellow] ({', '.join(n for n, r in results.items() if r.get('skipped') == why)}): {why}")
 
 
 def _unusable(part: DemoPart, probed: dict[str, Any]) -> str | None:
