@@ -23,10 +23,20 @@ class DispatchTable:
         self.modules = dict(modules)
         self.backends: tuple[str, ...] = tuple(self.modules)
         self._loaded: dict[str, ModuleType] = {}
+        self._resolved: dict[tuple[str, bool], str] = {}
 
     def resolve(self, backend: str, *, on_gpu: bool = False, has: tuple[str, ...] | None = None) -> str:
-        """The concrete backend for ``backend`` (``"auto"`` included); raises rather than fall back."""
-        return resolve_backend(backend, on_gpu=on_gpu, has=self.backends if has is None else has)
+        """The concrete backend for ``backend`` (``"auto"`` included); raises rather than fall back.
+
+        With the table's own backends the answer is remembered: what a build and a machine offer
+        does not change within a process (the core, CUDA and Triton are probed once)."""
+        if has is not None:
+            return resolve_backend(backend, on_gpu=on_gpu, has=has)
+        key = (backend, on_gpu)
+        be = self._resolved.get(key)
+        if be is None:
+            be = self._resolved[key] = resolve_backend(backend, on_gpu=on_gpu, has=self.backends)
+        return be
 
     def impl(self, backend: str) -> ModuleType:
         """The module of a concrete backend (imported once)."""
@@ -45,4 +55,6 @@ class DispatchTable:
 
     def __call__(self, backend: str, *, on_gpu: bool = False) -> ModuleType:
         """``impl(resolve(backend))``."""
-        return self.impl(self.resolve(backend, on_gpu=on_gpu))
+        be = self._resolved.get((backend, on_gpu))
+        mod = self._loaded.get(be) if be is not None else None
+        return mod if mod is not None else self.impl(self.resolve(backend, on_gpu=on_gpu))

@@ -22,6 +22,7 @@ from metacog_fast.agents.alfworld.fcrf import LessonPool, deep_reflection, diffi
 from metacog_fast.agents.alfworld.memory import ReflectionMemory
 
 if TYPE_CHECKING:
+    from metacog_fast.scoring.scorer import TrajectoryScorer
     from metacog_fast.llm.protocol import LLM
 
 
@@ -182,7 +183,7 @@ class MuseAgent(ReflexionAgent):
     name = "muse"
 
     def __init__(self, llm: LLM, examples: dict[str, list[dict[str, Any]]], config: AgentConfig,
-                 mapper: ActionMapper, memory: ReflectionMemory, scorer: Any, select: str = "highest") -> None:
+                 mapper: ActionMapper, memory: ReflectionMemory, scorer: TrajectoryScorer, select: str = "highest") -> None:
         super().__init__(llm, examples, config, mapper, memory)
         if select not in ("highest", "lowest", "random"):
             raise ValueError(f"select: expected 'highest', 'lowest' or 'random', got {select!r}")

@@ -11,6 +11,7 @@ from metacog_fast.agents.alfworld.agents import EpisodeContext
 from metacog_fast.agents.alfworld.fewshot import strip_intro
 
 if TYPE_CHECKING:
+    from metacog_fast.agents.alfworld.agents import ReActAgent
     from metacog_fast.envs.base import Env
     from metacog_fast.llm.protocol import LLM
 
@@ -20,7 +21,7 @@ def llm_totals(llm: LLM) -> tuple[int, int, int, float]:
     return u.calls, u.prompt_tokens, u.completion_tokens, u.seconds
 
 
-def run_episode(env: Env, agent: Any, llm: LLM, game: str, gamefile: str, episode: int, phase: str,
+def run_episode(env: Env, agent: ReActAgent, llm: LLM, game: str, gamefile: str, episode: int, phase: str,
                 max_steps: int) -> dict[str, Any]:
     """Play one episode of ``gamefile``; returns the JSON-able record (see docs/alfworld_agents.md)."""
     t_start = time.perf_counter()

@@ -11,7 +11,7 @@ from metacog_fast.agents.scienceworld.config import AgentConfig
 from metacog_fast.agents.scienceworld.grounding import Gate1, ValidSet
 from metacog_fast.agents.scienceworld.sage import Critic, Sage
 from metacog_fast.agents.scienceworld.stagnation import Step, stagnation_signals
-from metacog_fast.agents.scienceworld.swift import SwiftState
+from metacog_fast.agents.scienceworld.swift import LLMSwift, RankerSwift, SwiftState
 from metacog_fast.agents.scienceworld.text import room_of
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class EpisodeResult:
 class DualProcessAgent:
     """Swift + Sage (+ AMM, + SRM). ``swift``: RankerSwift or LLMSwift; ``amm``: AMM or None."""
 
-    def __init__(self, cfg: AgentConfig, swift: Any, llm: LLM, amm: AMM | None = None) -> None:
+    def __init__(self, cfg: AgentConfig, swift: RankerSwift | LLMSwift, llm: LLM, amm: AMM | None = None) -> None:
         cfg.validate()
         if cfg.use_amm and amm is None:
             raise ValueError("amm: this configuration uses AMM; pass an AMM over a memory store")
@@ -231,7 +231,7 @@ class DualProcessAgent:
         )
 
 
-def run_episode(env: Env, cfg: AgentConfig, swift: Any, llm: LLM, variation: int, amm: AMM | None = None,
+def run_episode(env: Env, cfg: AgentConfig, swift: RankerSwift | LLMSwift, llm: LLM, variation: int, amm: AMM | None = None,
                 config_name: str = "", write_memory: bool = True) -> EpisodeResult:
     """One episode of the dual-process agent on ``env`` (a ScienceWorld adapter)."""
     return DualProcessAgent(cfg, swift, llm, amm).run(env, variation, config_name, write_memory)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from metacog_fast.agents.scienceworld.config import CONFIG_NAMES, config_for
 from metacog_fast.agents.scienceworld.store import episode_path, read_json, write_json
-from metacog_fast.agents.scienceworld.swift import GoldExample, RankerModel, train_ranker
+from metacog_fast.agents.scienceworld.swift import GoldExample, LLMSwift, RankerModel, RankerSwift, train_ranker
 
 if TYPE_CHECKING:
     from metacog_fast.envs.base import Env
@@ -149,9 +149,7 @@ def _llm(cfg: RunConfig) -> Any:
     return _WORKER["llm"]
 
 
-def make_swift(kind: str, run: str, llm: LLM) -> Any:
-    from metacog_fast.agents.scienceworld.swift import LLMSwift, RankerSwift
-
+def make_swift(kind: str, run: str, llm: LLM) -> RankerSwift | LLMSwift:
     if kind == "ranker":
         return RankerSwift(RankerModel.load(os.path.join(run, "ranker.npz")))
     return LLMSwift(llm)
