@@ -28,6 +28,7 @@ from typing import Any, Iterable, Sequence
 
 from metacog_fast._atomic import atomic_open
 from metacog_fast.agents.alfworld.fewshot import strip_intro
+from metacog_fast.agents.alfworld.protocol import game_key
 from metacog_fast.agents.alfworld.store import read_json, write_json_atomic
 from metacog_fast.envs.alfworld_env import SPLITS, TASK_TYPES
 
@@ -66,11 +67,6 @@ class DataConfig:
         if not isinstance(self.workers, int) or self.workers < 1:
             raise ValueError(f"workers: expected an int >= 1, got {self.workers!r}")
         return self
-
-
-def game_key(gamefile: str | Path) -> str:
-    p = Path(gamefile)
-    return f"{p.parent.parent.name}__{p.parent.name}"
 
 
 def select_walkthrough_games(split: str, max_games: int | None, data: str | None = None) -> list[Path]:
@@ -165,7 +161,7 @@ def _intro_of_prefix(prefix: str) -> str | None:
     return "\n".join(lines)
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -217,7 +213,7 @@ def build_dataset(out_dir: str | Path, cfg: DataConfig, games_dir: str | Path | 
         "walkthroughs_not_won": [r["gamefile"] for r in records if not r["won"]],
         "steps": sum(len(e["pairs"]) for e in examples),
         "games": sorted({e["gamefile"] for e in examples}),
-        "dataset_sha256": _sha256(path),
+        "dataset_sha256": sha256_file(path),
         "build_seconds": time.perf_counter() - t0,
     }
     write_json_atomic(out / "manifest.json", manifest)
@@ -240,7 +236,7 @@ def load_dataset(folder: str | Path) -> list[dict[str, Any]]:
     manifest = root / "manifest.json"
     if manifest.is_file():
         want = read_json(manifest).get("dataset_sha256")
-        if want and want != _sha256(path):
+        if want and want != sha256_file(path):
             raise ValueError(f"dataset: {path} does not match the sha256 in {manifest}; rebuild the dataset")
     out = []
     with open(path) as f:

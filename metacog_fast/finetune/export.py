@@ -20,7 +20,6 @@ the trained Q/K matrices (or their LoRA ``B``) are permuted back here.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import os
 import re
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from metacog_fast.agents.alfworld.store import read_json, write_json_atomic
+from metacog_fast.finetune.data import sha256_file
 
 FORMATS = ("adapter", "merged")
 MERGED_TYPES = ("q8_0", "f16", "q4_1", "f32")
@@ -241,14 +241,6 @@ def write_merged(path: Path, base_reader: Any, updates: dict[str, np.ndarray], r
     _write_atomic(path, fill)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def export_gguf(run_dir: str | Path, out_dir: str | Path, cfg: ExportConfig) -> dict[str, Any]:
     """Export the training run in ``run_dir`` to ``out_dir`` (model.json + GGUF); returns model.json."""
     from gguf import GGUFReader
@@ -293,9 +285,9 @@ def export_gguf(run_dir: str | Path, out_dir: str | Path, cfg: ExportConfig) -> 
         write_merged(file, reader, updates, replace, cfg.merged_type)
     facts_path = run / "facts.json"
     model = {
-        "format": cfg.format, "file": file.name, "sha256": _sha256(file), "bytes": file.stat().st_size,
+        "format": cfg.format, "file": file.name, "sha256": sha256_file(file), "bytes": file.stat().st_size,
         "base": sft["base"] if cfg.format == "adapter" else None,
-        "base_sha256": _sha256(Path(base_path)) if cfg.format == "adapter" else None,
+        "base_sha256": sha256_file(Path(base_path)) if cfg.format == "adapter" else None,
         "merged_type": cfg.merged_type if cfg.format == "merged" else None,
         "prompt": {"examples": sft["examples"]},
         "training": {"run": str(run.resolve()), "weights": str(weights.resolve()), "sft": sft,
