@@ -1,4 +1,4 @@
-"""The hot set of the default fast path (fast_path="hot"): bounded candidates, recall
+"""The hot set (fast_path="hot", one of the planner's paths): bounded candidates, recall
 against the exact score, and the set kept right through adds, touches, re-ratings,
 forgets and the passing of simulation time."""
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _queries(data, n=40, seed=5):
 
 
 # Force the paths under test at this size: hot kNN (no scan of all hot rows), filtered HNSW (no exact scan).
-HOT = dict(hot_min=64, hot_fraction=0.02, hot_scan_max=0, hot_k=128, hot_pending_max=32, exact_filtered_below=0)
+HOT = dict(fast_path="hot", hot_min=64, hot_fraction=0.02, hot_scan_max=0, hot_k=128, hot_pending_max=32, exact_filtered_below=0)
 
 
 def test_hot_path_recall_and_bounded_candidates(tmp_path, data):

@@ -6,9 +6,9 @@ See docs/memory.md.
 from __future__ import annotations
 
 from metacog_fast.memory.config import MemoryConfig
-from metacog_fast.memory.db import SchemaError
+from metacog_fast.memory.db import DamagedStoreError, SchemaError
 from metacog_fast.memory.short_term import ShortTermConfig, ShortTermItem, ShortTermMemory
 from metacog_fast.memory.store import MemoryRecord, MemoryStore
 
-__all__ = ["MemoryConfig", "MemoryRecord", "MemoryStore", "SchemaError", "ShortTermConfig", "ShortTermItem",
+__all__ = ["DamagedStoreError", "MemoryConfig", "MemoryRecord", "MemoryStore", "SchemaError", "ShortTermConfig", "ShortTermItem",
            "ShortTermMemory"]

@@ -23,10 +23,28 @@ class MemoryConfig:
     """HNSW candidates per query: k' = max(k * candidate_factor, min_candidates)."""
     min_candidates: int = 64
     """Lower bound of k' (see ``candidate_factor``)."""
-    fast_path: str = "hot"
-    """Candidates of the approximate path: "hot" (HNSW top-k' + the ``hot_k`` nearest records of
-    the hot set, a bounded count; recall measured) or "bound" (HNSW top-k' + every recent/important
-    record that could still reach the top-k: recall 1.0 up to HNSW's own, cost grows with the store)."""
+    fast_path: str = "auto"
+    """Approximate retrieval: "auto" (the planner, metacog_fast/memory/planner.py: per call the cheapest
+    of the exact scan, the threshold search and the hot path that keeps the measured recall), or one
+    path forced (comparisons): "hot" (HNSW top-k' + the hot set, a bounded count; recall measured) or
+    "bound" (HNSW top-k' + every recent/important record that could still reach the top-k)."""
+    planner_probes: int = 16
+    """fast_path "auto": probe queries (stored records, themselves left out) per weight-class check;
+    twice as many for an HNSW recall curve."""
+    probe_recall_target: float = 0.98
+    """fast_path "auto": an approximate path (hot, HNSW-capped threshold) is used for a weight class
+    only if its recall@k against the exact scan on the probes reached this."""
+    hnsw_recall_target: float = 0.98
+    """fast_path "auto": the HNSW cap is used at the smallest measured beam whose recall@m (against
+    the exact cosine top-m on the probes) reached this; none: HNSW is not trusted on this store."""
+    seed_m: int = 64
+    """fast_path "auto": HNSW neighbours seeding the threshold search (first rung)."""
+    seed_m_wide: int = 512
+    """fast_path "auto": the second rung, when the first leaves a large completion."""
+    ef_max: int = 4096
+    """fast_path "auto": widest beam the HNSW recall curve tries."""
+    recheck_growth: float = 0.25
+    """fast_path "auto": redo probe checks and curves after the store grew or shrank by this fraction."""
     hot_main_k: int = 32
     """fast_path "hot", when w_rel <= w_rec + w_imp: main-index HNSW candidates per query (at least k)."""
     hot_main_ef: int = 40
@@ -80,8 +98,14 @@ class MemoryConfig:
             raise ValueError("M, ef_construction, ef: expected M >= 2 and positive beam widths")
         if self.candidate_factor < 1 or self.min_candidates < 1 or self.head < 0:
             raise ValueError("candidate_factor, min_candidates: expected >= 1; head: expected >= 0")
-        if self.fast_path not in ("hot", "bound"):
-            raise ValueError(f"fast_path: expected 'hot' or 'bound', got {self.fast_path!r}")
+        if self.fast_path not in ("auto", "hot", "bound"):
+            raise ValueError(f"fast_path: expected 'auto', 'hot' or 'bound', got {self.fast_path!r}")
+        if self.planner_probes < 1 or self.seed_m < 1 or self.seed_m_wide < self.seed_m or self.ef_max < 1:
+            raise ValueError("planner_probes, seed_m, ef_max: expected >= 1; seed_m_wide: expected >= seed_m")
+        if not (0.0 < self.probe_recall_target <= 1.0 and 0.0 < self.hnsw_recall_target <= 1.0):
+            raise ValueError("probe_recall_target, hnsw_recall_target: expected in (0, 1]")
+        if not self.recheck_growth > 0:
+            raise ValueError("recheck_growth: expected > 0")
         if not (0.0 < self.hot_fraction <= 1.0) or self.hot_min < 1 or self.hot_k < 1 or self.hot_scan_max < 0 or self.hot_top < 0:
             raise ValueError("hot_fraction: expected (0, 1]; hot_min, hot_k: expected >= 1; hot_scan_max, hot_top: >= 0")
         if self.exact_below < 0 or self.exact_filtered_below < 0:

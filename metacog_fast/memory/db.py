@@ -8,9 +8,12 @@ caught up by rebuilding).
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import os
 import sqlite3
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import numpy as np
 
@@ -40,10 +43,60 @@ class SchemaError(RuntimeError):
     """The database was written by an unknown (newer) schema version or for another embedding size."""
 
 
+class DamagedStoreError(RuntimeError):
+    """The SQLite file of a memory store is damaged (SQLite reported a malformed or foreign file)."""
+
+    def __init__(self, path: str, cause: BaseException) -> None:
+        self.path = path
+        super().__init__(
+            f"{path}: the memory store's SQLite file is damaged ({cause}). What you can do: "
+            f"(1) restore it from a copy made with MemoryStore.backup(); "
+            f"(2) or salvage the readable records: `sqlite3 {path} .recover | sqlite3 {path}.recovered`, "
+            f"then open {path}.recovered (the index files {path}.hnsw* are derived and are rebuilt on open); "
+            f"(3) or move the file aside to start an empty store. The damaged file was not modified.")
+
+
+# SQLite's words for a file that is not (or no longer) a readable database; other errors
+# (locked, read-only, disk full) are reported as they are.
+_DAMAGE = ("malformed", "not a database", "corrupt", "file is encrypted")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def is_damage(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.DatabaseError) and any(w in str(exc).lower() for w in _DAMAGE)
+
+
+def _guarded(fn: F) -> F:
+    """Turn SQLite's damage errors raised by a Database method into :class:`DamagedStoreError`."""
+
+    @functools.wraps(fn)
+    def wrapper(self: "Database", *a: Any, **kw: Any) -> Any:
+        try:
+            return fn(self, *a, **kw)
+        except sqlite3.DatabaseError as exc:
+            if is_damage(exc):
+                raise DamagedStoreError(self.path, exc) from exc
+            raise
+
+    return wrapper  # type: ignore[return-value]
+
+
 class Database:
     """Thin wrapper over one sqlite3 connection; callers serialise access."""
 
     def __init__(self, path: str, dim: int, synchronous: str = "FULL") -> None:
+        self.path = path
+        try:
+            self._open(path, dim, synchronous)
+        except sqlite3.DatabaseError as exc:
+            with contextlib.suppress(Exception):
+                self.conn.close()
+            if is_damage(exc):
+                raise DamagedStoreError(path, exc) from exc
+            raise
+
+    def _open(self, path: str, dim: int, synchronous: str) -> None:
         self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         c = self.conn
         c.execute("PRAGMA journal_mode=WAL")
@@ -75,6 +128,7 @@ class Database:
             c.close()
             raise SchemaError(f"{path}: store holds dim={stored} embeddings, opened with dim={dim}")
 
+    @_guarded
     def meta(self, key: str) -> str:
         row = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         if row is None:
@@ -85,6 +139,7 @@ class Database:
         """(seq, forget_seq)."""
         return int(self.meta("seq")), int(self.meta("forget_seq"))
 
+    @_guarded
     def insert(self, rows: list[tuple[Any, ...]], pending_access: Iterable[tuple[float, int]]) -> np.ndarray:
         """Insert records (agent, kind, text, location, created, last_access, importance,
         embedding bytes, meta json) in one transaction, with pending last_access updates;
@@ -108,6 +163,7 @@ class Database:
             raise
         return ids
 
+    @_guarded
     def delete(self, ids: np.ndarray) -> None:
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
@@ -120,10 +176,12 @@ class Database:
             c.execute("ROLLBACK")
             raise
 
+    @_guarded
     def select_ids(self, where: str, args: tuple[Any, ...]) -> np.ndarray:
         cur = self.conn.execute(f"SELECT id FROM records WHERE {where}", args)
         return np.fromiter((r[0] for r in cur), np.int64)
 
+    @_guarded
     def set_importance(self, ids: np.ndarray, values: np.ndarray) -> None:
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
@@ -138,6 +196,7 @@ class Database:
     def _write_access(self, pending: Iterable[tuple[float, int]]) -> None:
         self.conn.executemany("UPDATE records SET last_access=? WHERE id=?", pending)
 
+    @_guarded
     def write_access(self, pending: Iterable[tuple[float, int]]) -> None:
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
@@ -148,6 +207,7 @@ class Database:
             c.execute("ROLLBACK")
             raise
 
+    @_guarded
     def fetch(self, ids: np.ndarray) -> dict[int, tuple[Any, ...]]:
         out: dict[int, tuple[Any, ...]] = {}
         ids = [int(i) for i in ids]
@@ -161,14 +221,49 @@ class Database:
     def scan(self, after_id: int = 0, batch: int = 20_000) -> Iterator[list[tuple[Any, ...]]]:
         """All records with id > after_id in id order, in batches of
         (id, agent, kind, created, last_access, importance, embedding)."""
-        cur = self.conn.execute(
-            "SELECT id, agent, kind, created, last_access, importance, embedding FROM records WHERE id > ? ORDER BY id",
-            (after_id,))
-        while True:
-            rows = cur.fetchmany(batch)
-            if not rows:
-                return
-            yield rows
+        try:
+            cur = self.conn.execute(
+                "SELECT id, agent, kind, created, last_access, importance, embedding FROM records WHERE id > ? "
+                "ORDER BY id", (after_id,))
+            while True:
+                rows = cur.fetchmany(batch)
+                if not rows:
+                    return
+                yield rows
+        except sqlite3.DatabaseError as exc:
+            if is_damage(exc):
+                raise DamagedStoreError(self.path, exc) from exc
+            raise
+
+    @_guarded
+    def backup(self, target: str) -> int:
+        """Copy the database to ``target`` with SQLite's online backup API, through a connection of
+        its own, in one step: one read snapshot, so writers on the store's connection go on (WAL)
+        and the copy is consistent. Written to a temp file, fsynced, then renamed over ``target``.
+        Returns the number of records in the copy."""
+        tmp = f"{target}.tmp-{os.getpid()}"
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        src = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            dst = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                src.backup(dst, pages=-1)
+                dst.execute("PRAGMA journal_mode=DELETE")  # a single self-contained file
+                n = int(dst.execute("SELECT COUNT(*) FROM records").fetchone()[0])
+            finally:
+                dst.close()
+        finally:
+            src.close()
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        fd = os.open(os.path.dirname(os.path.abspath(target)) or ".", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return n
 
     def close(self) -> None:
         self.conn.close()

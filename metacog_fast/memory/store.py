@@ -11,6 +11,7 @@ import math
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Sequence
 
@@ -20,6 +21,8 @@ from metacog_fast.ops.memory import api as memory_ops
 from metacog_fast.memory import buckets as bk
 from metacog_fast.memory.hot import HotSet
 from metacog_fast.memory import index as hx
+from metacog_fast.memory import threshold as thr
+from metacog_fast.memory.planner import ClassCheck, HnswCurve, Planner, Timer, drop_self, recall_at, weight_class
 from metacog_fast.memory.config import MemoryConfig
 from metacog_fast.memory.db import Database, dumps_meta
 from metacog_fast.memory.rwlock import RWLock
@@ -75,6 +78,10 @@ class MemoryStore:
         self._closed = False
         self.last_candidates = 0
         """Candidate columns reranked by the last approximate retrieval (monitoring, benchmarks)."""
+        self.last_plan: dict[str, Any] = {}
+        """What the planner did in the last retrieval (path, completion cap, candidates; monitoring)."""
+        self._planner = Planner(config.planner_probes, config.hnsw_recall_target, config.probe_recall_target,
+                                config.recheck_growth, config.hot_rebuild_after)
         # Resolved once; the store validates its own columns, so it takes the kernels' unchecked path.
         self._backend = memory_ops.TABLE.resolve(config.backend)
         self._load()
@@ -321,6 +328,296 @@ class MemoryStore:
         k_code = None if kind is None else t.kinds.find(str(kind))
         if (agent is not None and a_code < 0) or (kind is not None and k_code < 0):
             return np.full((len(q), k), -1, np.int64), np.full((len(q), k), -np.inf, np.float32)
+        key = (a_code, k_code, None if since is None else float(since))
+        if exact:
+            with self._mutate:
+                self.last_plan = {"path": "exact"}
+                return self._scan(q, key, k, now, w)
+        if c.fast_path == "auto":
+            return self._auto(q, k, now, w, key)
+        return self._legacy(q, k, now, w, key)
+
+    # ---------------------------------------------------------------- planner ("auto")
+    def _auto(self, q: np.ndarray, k: int, now: float, w: tuple[float, float, float], key: tuple):
+        """The planner's choice for this call (metacog_fast/memory/planner.py)."""
+        P, c, t = self._planner, self.config, self._table
+        nq = len(q)
+        cls = weight_class(w)
+        mkey = (cls, key, nq > 1)
+        with self._mutate:
+            n_match, _, filt = self._filter(key, need_rows=False)
+            self._ensure_costs()
+            # Scan when few records pass, or when this weight class's threshold searches took longer
+            # than the scan is predicted to (the estimate decays while it is not used, so it is retried).
+            small = n_match <= max(k, c.exact_below)
+            slow = not small and P.total_s(mkey, nq) >= P.cost.scan_s(n_match, nq)
+            if slow:
+                P.decay_total(mkey)
+            if small or slow:
+                self.last_plan = {"path": "scan", "why": "small" if small else "threshold measured slower"}
+                self.last_candidates = n_match
+                return self._scan(q, key, k, now, w)
+            unfiltered = key == (None, None, None)
+            hot_regime = unfiltered and min(w) > 0 and w[1] <= w[0] + w[2]
+            if hot_regime:
+                chk = self._class_check(cls, k, now, w)
+                use_hot = P.passes(chk, "hot") and chk.ms["hot"] <= chk.ms["threshold"]
+            else:
+                use_hot = False
+        if use_hot:
+            self.last_plan = {"path": "hot"}
+            return self._hot_path(q, k, now, w, key, filt)
+        return self._threshold(q, k, now, w, key, n_match, cls, mkey, approx=None)
+
+    def _all_rows(self, key: tuple) -> np.ndarray:
+        """Live rows passing ``key`` [M], ascending (cached per store generation); under ``_mutate``."""
+        if key != (None, None, None):
+            rows = self._filter(key, need_rows=True)[1]
+            return rows if rows is not None else self._table.filter_rows(*key)
+        hit = self._mask_cache.get("all")
+        if hit is not None and hit[0] == self._gen:
+            return hit[2]
+        rows = self._table.filter_rows(None, None, None)
+        self._mask_cache["all"] = (self._gen, len(rows), rows, None)
+        return rows
+
+    def _scan(self, q: np.ndarray, key: tuple, k: int, now: float, w: tuple[float, float, float]):
+        """Exact: every live record under ``key`` scored by the compiled kernel; under ``_mutate``."""
+        rows = self._all_rows(key)
+        return self._rerank(q, rows, k, now, w)
+
+    def _ensure_costs(self) -> None:
+        """Measure the cost model (under ``_mutate``), again after the store grew or shrank by
+        ``recheck_growth``: one query over every live row (the scan), over a random sorted quarter
+        of them (at most 32k: scattered candidates) and over 16 rows (the fixed cost of a call);
+        the best of a few repetitions each, so a busy moment does not set the model."""
+        P, t = self._planner, self._table
+        cm = P.cost
+        if cm.measured and not P._stale(cm.live, t.live):
+            return
+        rows = self._all_rows((None, None, None))
+        if len(rows) < 1024:
+            return
+        rng = np.random.default_rng(0)
+        q = t.keys[rows[:1]]
+        scat = np.sort(rng.choice(rows, min(len(rows) // 4, 32768), replace=False))
+        tiny = rows[:16]
+
+        def best(r: np.ndarray, reps: int) -> float:
+            out = np.inf
+            for _ in range(reps):
+                with Timer() as tm:
+                    self._rerank(q, r, 10, 0.0, (1.0, 1.0, 1.0))
+                out = min(out, tm.s)
+            return out
+
+        call = best(tiny, 5)
+        cm.call_s = call
+        cm.scan_ns = max(best(rows, 2 if len(rows) > 200_000 else 3) - call, 0.0) * 1e9 / len(rows)
+        cm.cand_ns = max(best(scat, 3) - call, 0.0) * 1e9 / len(scat)
+        # Gathering a completion (list suffixes, validity checks, padding) costs per row too.
+        everything = np.full((1, bk.N_BUCKETS), -np.inf)
+        g = np.inf
+        for _ in range(2):
+            with Timer() as tm:
+                thr.gather(self._lists, bk.ANY_AGENT, everything).padded()
+            g = min(g, tm.s)
+        cm.cand_ns += g * 1e9 / len(rows)
+        cm.measured, cm.live = True, t.live
+
+    def _probe_rows(self, n: int) -> np.ndarray:
+        rows = self._all_rows((None, None, None))
+        rng = np.random.default_rng(len(rows))
+        return np.sort(rng.choice(rows, min(n, len(rows)), replace=False))
+
+    def _curve(self, m: int) -> HnswCurve:
+        """The HNSW recall curve for seed size ``m`` (measured now if missing or stale); under ``_mutate``."""
+        P, c, t = self._planner, self.config, self._table
+        cur = P.curve(m, t.live)
+        if cur is not None:
+            return cur
+        t0 = time.perf_counter()
+        probes = self._probe_rows(2 * P.probes)
+        q = t.keys[probes]
+        want_rows, _ = self._rerank(q, self._all_rows((None, None, None)), m + 1, 0.0, (0.0, 1.0, 0.0))
+        want = drop_self(want_rows, None, probes, m)
+        cur = HnswCurve(m=m, live=t.live)
+        ef = max(m + 1, c.ef)
+        while ef <= max(c.ef_max, m + 1):
+            self._index.set_ef(ef)
+            with Timer() as tm:
+                labels = np.concatenate([self._index.knn_query(q[i: i + 1], k=m + 1, num_threads=1)[0]
+                                         for i in range(len(q))])
+            got = drop_self(t.id_to_row[labels.astype(np.int64)], None, probes, m)
+            rec = recall_at(got, want, m)
+            ms = tm.s * 1e3 / len(q)
+            cur.points.append((ef, rec, ms))
+            if rec >= P.hnsw_recall_target:
+                cur.ef, cur.ms = ef, ms
+                break
+            if ms * 1e-3 >= P.cost.scan_s(t.live, 1):  # wider beams would be slower than the scan
+                break
+            ef *= 2
+        self._index.set_ef(c.ef)
+        P.curves[m] = cur
+        P.calibration_s += time.perf_counter() - t0
+        return cur
+
+    def _class_check(self, cls: tuple, k: int, now: float, w: tuple[float, float, float]) -> ClassCheck:
+        """Probe results of the approximate paths for weight class ``cls`` (measured now if missing
+        or stale): recall@k against the exact scan and ms per probe; under ``_mutate``."""
+        P, t = self._planner, self._table
+        chk = P.check(cls, t.live, now)
+        if chk is not None:
+            return chk
+        t0 = time.perf_counter()
+        probes = self._probe_rows(P.probes)
+        q = t.keys[probes]
+        none = (None, None, None)
+        want = drop_self(self._scan(q, none, k + 1, now, w)[0], None, probes, k)
+        chk = ClassCheck(live=t.live, now=now)
+        P.checks[cls] = chk  # present while measuring: the threshold runs below do not recurse
+        n = t.live
+        runs = [("threshold_hnsw", lambda: self._threshold(q, k + 1, now, w, none, n, cls, None, approx=True,
+                                                           locked=True))]
+        if min(w) > 0 and w[1] <= w[0] + w[2]:
+            runs.append(("hot", lambda: self._hot_path(q, k + 1, now, w, none, None, locked=True)))
+        for name, fn in runs:
+            fn()  # warm: builds the hot set, measures HNSW curves, fills caches
+            best = np.inf
+            for _ in range(2):
+                with Timer() as tm:
+                    rows, _ = fn()
+                best = min(best, tm.s)
+            chk.recall[name] = recall_at(drop_self(rows, None, probes, k), want, k)
+            chk.ms[name] = best * 1e3 / len(q)
+        if P.passes(chk, "threshold_hnsw"):
+            chk.ms["threshold"] = chk.ms["threshold_hnsw"]
+        else:
+            best = np.inf
+            for _ in range(2):
+                with Timer() as tm:
+                    self._threshold(q, k + 1, now, w, none, n, cls, None, approx=False, locked=True)
+                best = min(best, tm.s)
+            chk.ms["threshold"] = best * 1e3 / len(q)
+        P.calibration_s += time.perf_counter() - t0
+        return chk
+
+    def _threshold(self, q: np.ndarray, k: int, now: float, w: tuple[float, float, float], key: tuple,
+                   n_match: int, cls: tuple, mkey: tuple | None, approx: bool | None, locked: bool = False,
+                   allow_scan: bool = True):
+        """Threshold search (metacog_fast/memory/threshold.py). ``approx``: None = HNSW cap where the
+        class's probe check allows it, True = allowed (probe checks), False = exact completion only.
+        Falls back to the exact scan when that is predicted cheaper (``allow_scan=False``: never, for
+        tests of the search itself). ``locked``: caller holds ``_mutate``."""
+        if not locked:
+            with self._mutate:
+                return self._threshold(q, k, now, w, key, n_match, cls, mkey, approx, True, allow_scan)
+        P, c, t = self._planner, self.config, self._table
+        cm = P.cost
+        nq = len(q)
+        owner = bk.ANY_AGENT if key[0] is None else key[0]
+        t0, cal0 = time.perf_counter(), P.calibration_s
+        head = self._lists.head(owner, max(c.head, k))  # k per level: tau is at least the k-th best head
+        head = head[self._passes(head, key[1], key[2])]
+        scan_s = cm.scan_s(n_match, nq)
+        ones = np.ones(nq)
+        # HNSW seeds only without a filter (hnswlib's filter calls Python per visited node) and
+        # where relevance counts; the cap from them only where the curve says HNSW finds the top-m.
+        rungs = [c.seed_m, c.seed_m_wide] if (w[1] > 0 and key == (None, None, None) and approx is not False) else [0]
+        best = None
+        for m in rungs:
+            hrows, rel_cap = np.empty((nq, 0), np.int64), None
+            if m:
+                curve = self._curve(m)
+                # The cap needs a beam at which the curve reached its target, and one cheaper than the
+                # scan; otherwise the default beam still gives good seeds (a higher tau), no cap.
+                trusted = curve.ef is not None and curve.ms * 1e-3 * nq < scan_s
+                if not trusted and m != rungs[0]:
+                    break
+                self._index.set_ef(curve.ef if trusted else max(c.ef, m))
+                labels, dist = hx.labels_distances(self._index, q, m, None)
+                self._index.set_ef(c.ef)
+                hrows = t.id_to_row[labels]
+                if trusted:
+                    rel_cap = (2.0 - dist[:, -1].astype(np.float64)) / 2.0  # (cos + 1) / 2, cos = 1 - dist
+            seed = np.concatenate([hrows, np.broadcast_to(head, (nq, len(head)))], axis=1)
+            top_rows, top_s = self._rerank(q, seed, k, now, w)
+            tau = thr.thresholds(top_s, k)
+            lm_x, n_x = thr.completion(self._lists, owner, tau, ones, now, w, c.decay, c.unit)
+            opts = [("exact", lm_x, n_x, cm.cand_s(n_x, nq))]
+            if rel_cap is not None:
+                lm_a, n_a = thr.completion(self._lists, owner, tau, rel_cap, now, w, c.decay, c.unit)
+                opts.append(("hnsw", lm_a, n_a, cm.cand_s(n_a, nq)))
+            exact_opt = opts[0]
+            pick = min(opts, key=lambda o: o[3])
+            # Prefer the completion that is exact by construction unless it costs clearly more.
+            if pick[0] == "hnsw" and exact_opt[3] <= 2 * pick[3] + (time.perf_counter() - t0):
+                pick = exact_opt
+            if pick[0] == "hnsw" and approx is None and not self._hnsw_allowed(cls, k, now, w):
+                pick = exact_opt
+            best = (pick, top_rows, m)
+            nxt = P.curves.get(c.seed_m_wide)
+            wide_s = (nxt.ms * 1e-3 * nq) if (nxt is not None and nxt.ef is not None) else scan_s / 8
+            if m == rungs[-1] or pick[3] <= wide_s:
+                break
+        if best is None:  # HNSW untrusted at the first rung: exact completion from the heads alone
+            top_rows, top_s = self._rerank(q, head, k, now, w)
+            tau = thr.thresholds(top_s, k)
+            lm_x, n_x = thr.completion(self._lists, owner, tau, ones, now, w, c.decay, c.unit)
+            best = (("exact", lm_x, n_x, cm.cand_s(n_x, nq)), top_rows, 0)
+        (kind, lm, n_est, cost_s), top_rows, m = best
+        # Factor 2: the model's per-row costs are measured on other row sets than this completion's.
+        if allow_scan and 2 * cost_s >= scan_s:
+            self.last_plan = {"path": "scan", "why": f"completion {n_est} rows predicted slower"}
+            self.last_candidates = n_match
+            out = self._scan(q, key, k, now, w)
+            if mkey is not None and P.calibration_s == cal0:
+                P.observe_total(mkey, time.perf_counter() - t0, nq)
+            return out
+        comp = thr.gather(self._lists, owner, lm)
+        if key[1] is not None or key[2] is not None:
+            keep = self._passes(comp.rows, key[1], key[2])
+            comp = thr.Completion(comp.rows[keep], comp.mask[:, keep])
+        cand = np.concatenate([top_rows, comp.padded()], axis=1)
+        out = self._rerank(q, cand, k, now, w)
+        if mkey is not None and P.calibration_s == cal0:  # calls that measured curves or checks do not count
+            P.observe_total(mkey, time.perf_counter() - t0, nq)
+        self.last_candidates = cand.shape[1]
+        self.last_plan = {"path": "threshold", "cap": "1" if kind == "exact" else f"hnsw m={m}",
+                          "candidates": int(cand.shape[1])}
+        return out
+
+    def _hnsw_allowed(self, cls: tuple, k: int, now: float, w: tuple[float, float, float]) -> bool:
+        """Whether the probe check of this weight class allows the HNSW-capped completion."""
+        chk = self._class_check(cls, k, now, w)
+        return self._planner.passes(chk, "threshold_hnsw")
+
+    def _hot_path(self, q: np.ndarray, k: int, now: float, w: tuple[float, float, float], key: tuple,
+                  filt: Callable[[int], bool] | None, locked: bool = False):
+        """HNSW (narrow beam) + hot-set candidates, exact rerank (docs/memory.md, "hot")."""
+        c, t = self.config, self._table
+        kp = max(k, c.hot_main_k)
+        self._index.set_ef(max(c.hot_main_ef, kp))
+        try:
+            labels, _ = hx.labels_distances(self._index, q, kp, filt)
+        finally:
+            self._index.set_ef(c.ef)
+        if locked:
+            return self._hot_rerank(q, labels, k, now, w, key, filt)
+        with self._mutate:
+            return self._hot_rerank(q, labels, k, now, w, key, filt)
+
+    def _hot_rerank(self, q, labels, k, now, w, key, filt):
+        hrows = self._table.id_to_row[labels]
+        cand = np.concatenate([hrows, self._hot_candidates(q, key, filt, now)], axis=1)
+        self.last_candidates = cand.shape[1]
+        return self._rerank(q, cand, k, now, w)
+
+    # ---------------------------------------------------------------- forced paths ("hot", "bound")
+    def _legacy(self, q: np.ndarray, k: int, now: float, w: tuple[float, float, float], key: tuple):
+        t, c = self._table, self.config
+        a_code, k_code, since = key
         if c.fast_path == "hot" and w[1] <= w[0] + w[2]:
             # The hot set brings the recent/important records, and relevance does not dominate the
             # score: the main search only needs the most relevant few, with a narrower beam. When it
@@ -331,22 +628,20 @@ class MemoryStore:
         else:
             kp = max(k * c.candidate_factor, c.min_candidates)
             ef = max(c.ef, kp)
-        key = (a_code, k_code, None if since is None else float(since))
         with self._mutate:
-            n_match, match_rows, filt = self._filter(key, need_rows=exact)
+            n_match, match_rows, filt = self._filter(key, need_rows=False)
             limit = c.exact_below if key == (None, None, None) else max(c.exact_below, c.exact_filtered_below)
-            if exact or n_match <= max(limit, kp):
-                if match_rows is None:
-                    match_rows = t.filter_rows(*key)
-                return self._rerank(q, match_rows, k, now, w)
+            if n_match <= max(limit, kp):
+                return self._scan(q, key, k, now, w)
         # Fast path. 1) HNSW candidates on relevance, under the filter.
         self._index.set_ef(ef)
         try:
             labels, dist = hx.labels_distances(self._index, q, kp, filt)
         except RuntimeError:  # hnswlib found fewer than kp under a selective filter
             with self._mutate:
-                rows = t.filter_rows(*key)
-                return self._rerank(q, rows, k, now, w)
+                return self._scan(q, key, k, now, w)
+        finally:
+            self._index.set_ef(c.ef)
         with self._mutate:
             hrows = t.id_to_row[labels]  # [Q, kp]; -1 if forgotten meanwhile (HNSW labels are ids < len)
             if c.fast_path == "hot":
@@ -367,7 +662,7 @@ class MemoryStore:
             urows, umask = self._lists.suffixes(owner, la_min)
             keep = self._passes(urows, k_code, since)
             urows, umask = urows[keep], umask[:, keep]
-            cand = np.concatenate([hrows, _ragged_pad(urows, umask)], axis=1)
+            cand = np.concatenate([hrows, thr.ragged_pad(urows, umask)], axis=1)
             self.last_candidates = cand.shape[1]
             return self._rerank(q, cand, k, now, w)
 
@@ -521,6 +816,28 @@ class MemoryStore:
             if self._index_seq != self._db.seq()[0]:
                 self._save_index()
 
+    def backup(self, path: str | os.PathLike) -> int:
+        """Copy the records to a new SQLite file at ``path`` (SQLite's online backup API), while
+        other threads may go on adding and retrieving; returns the number of records copied.
+
+        The copy is one consistent snapshot: every add acknowledged before the call is in it,
+        adds running during it are either wholly in it or not. Pending ``last_access`` updates
+        are written first. The index is not copied (it is derived): opening the copy with
+        :meth:`open` rebuilds it. The copy is written to a temp file and renamed into place.
+        """
+        self._check_open()
+        target = os.fspath(path)
+        if not target:
+            raise ValueError("path: expected a file path for the backup")
+        if os.path.abspath(target) == os.path.abspath(self.path):
+            raise ValueError(f"path: {target} is the store's own file; give another path")
+        parent = os.path.dirname(os.path.abspath(target))
+        if not os.path.isdir(parent):
+            raise FileNotFoundError(f"path: folder {parent} does not exist")
+        with self._mutate:
+            self._flush_access()
+        return self._db.backup(target)
+
     def close(self) -> None:
         """Flush and close; the store cannot be used afterwards."""
         if self._closed:
@@ -644,16 +961,3 @@ def _ids(x: Any) -> np.ndarray:
     if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
         raise ValueError(f"ids: expected a 1-d array of integer ids, got {a.dtype} {list(a.shape)}")
     return a.astype(np.int64)
-
-
-def _ragged_pad(rows: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """rows [U] with a per-query selection mask [Q, U] -> [Q, max count] padded with -1."""
-    Q = mask.shape[0]
-    if rows.size == 0:
-        return np.empty((Q, 0), np.int64)
-    counts = mask.sum(axis=1)
-    m = int(counts.max())
-    order = np.argsort(~mask, axis=1, kind="stable")[:, :m]
-    out = rows[order]
-    out[np.arange(m)[None, :] >= counts[:, None]] = -1
-    return out
