@@ -14,7 +14,8 @@
 #   4. pytest tests/ops/rssm/test_rssm_cuda.py -m "gpu or not gpu" (less the CPU-only host-emulation tests);
 #   5. pytest bench/bench_rssm_gpu.py -k cuda --benchmark-json=$OUT/rssm_gpu.json, then -k triton
 #      into $OUT/rssm_gpu_triton.json (each speed-up printed with its target);
-#   6. pytest tests/ops/rssm/test_rssm_triton.py -m "gpu or not gpu" (last: Triton compiles every variant).
+#   6. metacog finetune sft on the GPU: one LoRA epoch over runs/finetune/data_rr1200 (tokens/s, loss);
+#   7. pytest tests/ops/rssm/test_rssm_triton.py -m "gpu or not gpu" (last: Triton compiles every variant).
 # Everything (log, junit xml, benchmark json, nvidia-smi) goes to $OUT (default
 # bench/results/gpu_check). The machine may have no network: missing packages are reported,
 # and every step that can still run does. Exit status: 0 when every step that ran passed.
@@ -166,6 +167,21 @@ EOF
     done
   else
     fail "pytest-benchmark missing: benchmarks not run (provide it in METACOG_WHEELHOUSE)"
+  fi
+  step "fine-tuning on the GPU (LoRA SFT, one epoch; docs/finetune.md)"
+  # needs the [finetune] extra and a dataset built here (carry runs/finetune/data_rr1200, 1.7 MB)
+  FT_DATA=${METACOG_FT_DATA:-$ROOT/runs/finetune/data_rr1200}
+  if ! "$PY" -c "import transformers, peft, trl, datasets, accelerate, gguf" >/dev/null 2>&1; then
+    echo "  skipped: the [finetune] extra (transformers, peft, trl, datasets, accelerate, gguf) is not installed"
+  elif [ ! -f "$FT_DATA/dataset.jsonl" ]; then
+    echo "  skipped: no dataset at $FT_DATA (build it with metacog finetune data, or set METACOG_FT_DATA)"
+  else
+    rm -rf "$OUT/ft_gpu"
+    run_limited 200 "$PY" -m metacog_fast finetune sft --data-dir "$FT_DATA" --out "$OUT/ft_gpu" --epochs 1 \
+      --learning-rate 5e-4 --device cuda --save-steps 100000 > "$OUT/ft_gpu.log" 2>&1 || fail "GPU fine-tuning failed or timed out (tail of $OUT/ft_gpu.log):"
+    tail -5 "$OUT/ft_gpu.log"
+    [ -f "$OUT/ft_gpu/facts.json" ] && "$PY" -c "import json,sys; f=json.load(open(sys.argv[1])); print('  examples', f['examples'], 'tokens/s', round(f['tokens_per_second_this_call']), 'final loss', round(f['final_train_loss'], 4))" "$OUT/ft_gpu/facts.json"
+    rm -rf "$OUT/ft_gpu/checkpoints" "$OUT/ft_gpu/final"  # weights do not come back; the log and facts do
   fi
   step "Triton tests on the GPU"
   run_limited 300 "$PY" -m pytest tests/ops/rssm/test_rssm_triton.py -m "gpu or not gpu" -v -rs \

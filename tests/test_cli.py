@@ -132,3 +132,30 @@ def test_demo_without_alfworld_games_skips_those_parts_and_says_how_to_get_them(
 
     (probe,) = probe_envs(names=["alfworld"])
     assert not probe.usable and "ALFWORLD_DATA" in probe.reason
+
+
+def test_demo_alfworld_muse_uses_the_shipped_fine_tuned_actor(tmp_path, monkeypatch):
+    """The MUSE part runs the fine-tuned actor that ships in the package and says what it measured."""
+    pytest.importorskip("alfworld")
+    from metacog_fast.envs import probe_envs
+
+    (probe,) = probe_envs(names=["alfworld"])
+    if not probe.usable:
+        pytest.skip(probe.reason)
+    monkeypatch.setenv("METACOG_MODELS_HOME", str(tmp_path / "models"))  # the merge happens here, once
+    out = tmp_path / "demo.json"
+    rc = main(["demo", "--no-progress", "--parts", "alfworld_muse", "--out", str(out),
+               "--alfworld-muse-steps", "2", "--alfworld-muse-rollouts", "2"])
+    assert rc == 0
+    part = json.loads(out.read_text())["parts"]["alfworld_muse"]
+    from metacog_fast.llm.models import SHIPPED_MODELS
+
+    info = json.loads((SHIPPED_MODELS / "alfworld" / "model.json").read_text())
+    ev = info["evaluation"]["success"]
+    assert part["actor"].startswith(f"finetuned:alfworld: {info['description']}")
+    assert f"measured {ev['successes']}/{ev['n']} = {100 * ev['rate']:.1f} %" in part["actor"]
+    assert 1 <= len(part["steps"]) <= 2
+    for s in part["steps"]:
+        assert len(s["rollouts"]) == len(s["scores"]) == 2 and 0 <= s["chosen"] < 2
+        assert all(0.0 <= x <= 1.0 for x in s["scores"])
+    assert list((tmp_path / "models" / ".merged").glob("*/model-q8_0.gguf"))

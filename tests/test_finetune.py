@@ -188,15 +188,66 @@ def test_export_loads_in_llama_cpp_and_generates(trained, tmp_path, monkeypatch,
     assert (tmp_path / "export" / model["file"]).is_file() and model["prompt"] == {"examples": 0}
     if fmt == "adapter":
         assert model["bytes"] < 16 * 2**20  # small enough to ship
-    for uri in (f"llama-cpp://{tmp_path / 'export'}", f"finetuned:tiny-{fmt}"):
-        llm = open_llm(uri, n_threads=1, n_ctx=512)
-        try:
-            out = llm.complete("You control a helper robot in a house.\n\n### Your turn\nYour task is to: "
-                               "put a pen in desk.\n>", max_tokens=8, temperature=0.0)
-            assert out[0].completion_tokens > 0
-            assert (llm.lora_path is not None) == (fmt == "adapter")
-        finally:
-            llm.close()
+    servings = ("merged", "adapter") if fmt == "adapter" else ("merged",)
+    for serving in servings:
+        monkeypatch.setenv("METACOG_ADAPTER_SERVING", serving)
+        for uri in (f"llama-cpp://{tmp_path / 'export'}", f"finetuned:tiny-{fmt}"):
+            llm = open_llm(uri, n_threads=1, n_ctx=512)
+            try:
+                out = llm.complete("You control a helper robot in a house.\n\n### Your turn\nYour task is to: "
+                                   "put a pen in desk.\n>", max_tokens=8, temperature=0.0)
+                assert out[0].completion_tokens > 0
+                # an adapter is served merged (cached Q8_0) unless asked to stay an adapter
+                assert (llm.lora_path is not None) == (fmt == "adapter" and serving == "adapter")
+            finally:
+                llm.close()
+    if fmt == "adapter":
+        assert len(list((tmp_path / "models" / ".merged").glob("*/model-q8_0.gguf"))) == 1
+
+
+def test_adapter_merged_on_first_use_matches_the_merged_export(trained, tmp_path, monkeypatch):
+    """The merge of a shipped GGUF adapter (float16 A, B) equals the merged export made from the
+    float32 checkpoint up to float16 rounding: each value within one Q8_0 step of its block, and a
+    margin for the case where rounding lands on opposite sides (both are within half a step of
+    nearly the same number)."""
+    import numpy as np
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    from metacog_fast.finetune.export import ExportConfig, export_gguf
+    from metacog_fast.llm.models import resolve_model_folder
+
+    run = trained[0]
+    monkeypatch.setenv("METACOG_MODELS_HOME", str(tmp_path / "models"))
+    monkeypatch.delenv("METACOG_ADAPTER_SERVING", raising=False)
+    export_gguf(run, tmp_path / "a", ExportConfig(format="adapter"))
+    export_gguf(run, tmp_path / "m", ExportConfig(format="merged"))
+    files = resolve_model_folder(tmp_path / "a")
+    assert files.lora_path is None and ".merged" in files.model_path
+    assert resolve_model_folder(tmp_path / "a").model_path == files.model_path  # cached, not merged again
+    got = {t.name: t for t in GGUFReader(files.model_path).tensors}
+    want = {t.name: t for t in GGUFReader(str(tmp_path / "m" / "model-q8_0.gguf")).tensors}
+    assert got.keys() == want.keys()
+    changed = 0
+    for name, w in want.items():
+        g = got[name]
+        assert g.tensor_type == w.tensor_type, name
+        a, b = dequantize(g.data, g.tensor_type), dequantize(w.data, w.tensor_type)
+        if a.ndim == 2:
+            step = np.abs(b).reshape(b.shape[0], -1, 32).max(-1, keepdims=True) / 127
+            assert (np.abs(a - b).reshape(step.shape[0], -1, 32) <= 1.5 * step + 1e-7).all(), name
+            changed += int(".attn_" in name or ".ffn_" in name)
+        else:
+            np.testing.assert_array_equal(a, b)
+    assert changed == 30 * 7
+    # a damaged adapter is refused with its name, not merged into garbage
+    bad = tmp_path / "a" / "adapter.gguf"
+    bad.write_bytes(bad.read_bytes()[:-4096] + bytes(4096))
+    import shutil
+
+    shutil.rmtree(tmp_path / "models" / ".merged")
+    with pytest.raises(ValueError, match="sha256 differs"):
+        resolve_model_folder(tmp_path / "a")
 
 
 def test_unknown_finetuned_name_lists_what_is_known(tmp_path, monkeypatch):

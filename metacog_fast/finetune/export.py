@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import re
 import shutil
 from dataclasses import asdict, dataclass
@@ -32,9 +31,9 @@ import numpy as np
 
 from metacog_fast.agents.alfworld.store import read_json, write_json_atomic
 from metacog_fast.finetune.data import sha256_file
+from metacog_fast.llm.gguf_merge import MERGED_TYPES, write_gguf_atomic, write_merged
 
 FORMATS = ("adapter", "merged")
-MERGED_TYPES = ("q8_0", "f16", "q4_1", "f32")
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.(self_attn|mlp)\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)")
 _GGUF_LINEAR = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
@@ -148,28 +147,6 @@ def _permute_for(name: str, w: np.ndarray, heads: tuple[int, int]) -> np.ndarray
     return w
 
 
-def _copy_kv(reader: Any, writer: Any, skip: tuple[str, ...]) -> None:
-    from gguf import GGUFValueType
-
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key in skip:
-            continue
-        types = field.types
-        if types[0] == GGUFValueType.ARRAY:
-            writer.add_key_value(key, field.contents(), GGUFValueType.ARRAY, sub_type=types[-1])
-        else:
-            writer.add_key_value(key, field.contents(), types[0])
-
-
-def _write_atomic(path: Path, fill: Any) -> None:
-    """Write a GGUF through ``fill(writer_path)`` into a temp file, then rename it into place."""
-    tmp = path.with_name(path.name + ".tmp")
-    fill(tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def write_adapter(path: Path, pairs: dict[str, tuple[np.ndarray, np.ndarray]], alpha: float,
                   base_reader: Any) -> None:
     """A GGUF LoRA adapter (``<tensor>.lora_a`` [r, in], ``<tensor>.lora_b`` [out, r], float16)."""
@@ -197,48 +174,7 @@ def write_adapter(path: Path, pairs: dict[str, tuple[np.ndarray, np.ndarray]], a
         w.write_tensors_to_file()
         w.close()
 
-    _write_atomic(path, fill)
-
-
-def write_merged(path: Path, base_reader: Any, updates: dict[str, np.ndarray], replace: dict[str, np.ndarray],
-                 merged_type: str) -> None:
-    """The base GGUF with ``updates`` added to (LoRA deltas, llama.cpp layout) or ``replace`` put in
-    place of (full fine-tune) its matrices, every changed matrix quantised to ``merged_type``."""
-    import gguf
-    from gguf import GGMLQuantizationType as Q
-
-    qtype = {"q8_0": Q.Q8_0, "f16": Q.F16, "q4_1": Q.Q4_1, "f32": Q.F32}[merged_type]
-    file_type = {"q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "f16": gguf.LlamaFileType.MOSTLY_F16,
-                 "q4_1": gguf.LlamaFileType.MOSTLY_Q4_1, "f32": gguf.LlamaFileType.ALL_F32}[merged_type]
-    known = {t.name for t in base_reader.tensors}
-    unknown = sorted((set(updates) | set(replace)) - known)
-    if unknown:
-        raise ValueError(f"merged export: tensors {unknown[:5]} are not in the base model")
-
-    def fill(tmp: Path) -> None:
-        w = gguf.GGUFWriter(str(tmp), arch="llama")
-        _copy_kv(base_reader, w, skip=("general.architecture", "general.file_type"))
-        w.add_file_type(file_type)
-        for t in base_reader.tensors:
-            if t.name not in updates and t.name not in replace:
-                w.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
-                continue
-            if t.name in replace:
-                dense = replace[t.name]
-            else:
-                dense = gguf.quants.dequantize(t.data, t.tensor_type) + updates[t.name]
-            dense = np.ascontiguousarray(dense, np.float32)
-            if dense.ndim == 1:  # norms stay float32
-                w.add_tensor(t.name, dense)
-            else:
-                data = gguf.quants.quantize(dense, qtype)
-                w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=qtype)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
-
-    _write_atomic(path, fill)
+    write_gguf_atomic(path, fill)
 
 
 def export_gguf(run_dir: str | Path, out_dir: str | Path, cfg: ExportConfig) -> dict[str, Any]:

@@ -30,6 +30,9 @@ from metacog_fast.finetune.transcripts import LOSS_MODES, actor_transcript
 METHODS = ("lora", "full")
 PRECISIONS = ("bf16", "fp32")
 LOGITS = ("loss-positions", "all")
+DEVICES = ("auto", "cpu", "cuda")
+# Fields that may change between the calls of one run without changing what it computes.
+RESUMABLE_FIELDS = ("threads", "device")
 
 
 @dataclass
@@ -74,10 +77,12 @@ class SFTConfig:
     """Seed of the sample, the order, the LoRA initialisation and dropout."""
     threads: int | None = None
     """torch threads (None: every core of this process)."""
+    device: str = "auto"
+    """"auto" (a CUDA GPU when torch sees one, else the CPU), "cpu" or "cuda"."""
 
     def validate(self) -> "SFTConfig":
         for name, allowed in (("method", METHODS), ("loss", LOSS_MODES), ("precision", PRECISIONS),
-                              ("logits", LOGITS)):
+                              ("logits", LOGITS), ("device", DEVICES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {getattr(self, name)!r}")
         bad = [s for s in self.sources if s not in SOURCES]
@@ -198,6 +203,14 @@ def _full_logits_loss(outputs: Any, labels: Any, num_items_in_batch: Any = None)
     return loss / n
 
 
+def _use_cuda(device: str) -> bool:
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: 'cuda' was asked for, but torch sees no CUDA GPU")
+    return device == "cuda" or (device == "auto" and torch.cuda.is_available())
+
+
 def make_trainer(model: Any, tokenizer: Any, rows: list[dict[str, Any]], cfg: SFTConfig, out: Path,
                  max_steps: int = -1) -> Any:
     """The configured ``SFTTrainer`` over pre-tokenised ``rows``."""
@@ -215,7 +228,7 @@ def make_trainer(model: Any, tokenizer: Any, rows: list[dict[str, Any]], cfg: SF
         max_steps=max_steps, learning_rate=cfg.learning_rate, lr_scheduler_type="cosine",
         warmup_steps=max(1, int(0.03 * steps_per_epoch * cfg.epochs)), logging_steps=1,
         save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=3, seed=cfg.seed, data_seed=cfg.seed,
-        bf16=cfg.precision == "bf16", use_cpu=True, gradient_checkpointing=False, report_to="none",
+        bf16=cfg.precision == "bf16", use_cpu=not _use_cuda(cfg.device), gradient_checkpointing=False, report_to="none",
         max_length=cfg.max_length, dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False,
         include_num_input_tokens_seen="non_padding", train_sampling_strategy="group_by_length",
         dataloader_num_workers=0, disable_tqdm=False, save_only_model=False,
@@ -250,8 +263,8 @@ def train_sft(data_dir: str | Path, out_dir: str | Path, cfg: SFTConfig, max_ste
     conf["sft"]["sources"] = list(cfg.sources)
     if (out / "config.json").exists():
         old = read_json(out / "config.json")
-        old_sft = {k: v for k, v in old.get("sft", {}).items() if k != "threads"}
-        new_sft = {k: v for k, v in conf["sft"].items() if k != "threads"}
+        old_sft = {k: v for k, v in old.get("sft", {}).items() if k not in RESUMABLE_FIELDS}
+        new_sft = {k: v for k, v in conf["sft"].items() if k not in RESUMABLE_FIELDS}
         if old_sft != new_sft or old.get("dataset_sha256") != sha:
             diff = sorted(k for k in set(old_sft) | set(new_sft) if old_sft.get(k) != new_sft.get(k))
             raise ValueError(f"{out}: the folder holds a run of another configuration or dataset (fields {diff}); "

