@@ -111,11 +111,13 @@ def test_subtask_cap_queue_and_replanning(env):
     assert subs[0]["description"] == "find the book"
     # 20-action cap: the scripted policy never finishes, so each sub-task stops at exactly 20 actions.
     assert subs[0]["capped"] and len(subs[0]["actions"]) == 20
-    assert subs[1]["description"] == "put it on the sidetable" and len(subs[1]["actions"]) <= 20
-    assert rec.env_actions == 45  # the episode cap stops the second sub-task after 25 more... 20 + 20 + 5
+    # without memory the failed sub-task still gets its second attempt (the same budget as with memory)
+    assert subs[1]["description"] == "find the book" and subs[1]["retry"] is True
+    assert subs[2]["description"] == "put it on the sidetable" and not subs[2]["retry"]
+    assert rec.env_actions == 45  # the episode cap stops the third attempt after 5: 20 + 20 + 5
     assert [len(s["actions"]) for s in subs] == [20, 20, 5]
-    assert rec.replans == 2 and rec.replans_changed == 1  # second re-plan answer was unparseable: queue kept
-    assert not rec.won and rec.subtasks_flagged == 0 and rec.retries == 0  # no memory: no retry
+    assert rec.replans == 1 and rec.replans_changed == 1
+    assert not rec.won and rec.subtasks_flagged == 0 and rec.retries == 1 and rec.verify_actions == 0
     assert all("no completion was claimed" in s["report"] for s in subs)
 
 
@@ -129,6 +131,7 @@ def test_retry_without_procedural_memory(env):
 
     llm = ScriptedLLM(plans=["find the book => you see a book"], act=act)
     agent = PlanExecuteAgent(llm, "alfworld", mem, ExperienceConfig(action_shortlist=0, subtask_as_command=False, episode_action_cap=12, loop_breaking=False), count_tokens=pr.approx_tokens)
+    steps_before = env.timings.steps
     rec = agent.run_task(env, game=GAME)
     first, retry = rec.subtasks[0], rec.subtasks[1]
     assert rec.retries >= 1
@@ -144,6 +147,9 @@ def test_retry_without_procedural_memory(env):
     assert retry["retry"] is True and retry["sop_used"] is None and retry["description"] == "find the book"
     sop = mem.procedural["alfworld/find book"]
     assert sop.counts.failures >= 1 and sop.counts.uses >= 1
+    # the verifier's look/inventory after each claim are counted apart from the agent's capped actions
+    assert rec.verify_actions >= 1 and rec.env_actions <= 12
+    assert env.timings.steps - steps_before == rec.env_actions + rec.verify_actions
 
 
 def _first_go(options):
@@ -242,7 +248,8 @@ def test_one_episode_with_the_embedded_llm(env):
     agent = PlanExecuteAgent(llm, "alfworld", mem, ExperienceConfig(episode_action_cap=4, subtask_action_cap=2,
                                                                     plan_max_tokens=32, distill_max_tokens=16))
     rec = agent.run_task(env, game=GAME)
-    assert rec.env_actions <= 4 + 2 * rec.subtasks_total  # action cap + look/inventory verifications
+    assert rec.env_actions <= 4  # the cap bounds the agent's actions; verifier reads are counted apart
+    assert rec.verify_actions <= 2 * rec.subtasks_total
     assert rec.tokens > 0 and rec.llm_calls >= 3 and rec.subtasks_total >= 1
     assert all(len([a for a in s["actions"]]) <= 2 + 2 for s in rec.subtasks)
     llm.close()

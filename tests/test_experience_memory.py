@@ -192,3 +192,12 @@ def test_prompt_assembly_within_token_budget(smollm_counter):
     assert "Lessons" not in tight and count(tight) <= 160  # memories dropped before the last steps
     with pytest.raises(ValueError, match="budget"):
         pr.assemble(head, optional, steps, "> ", 20, count)
+    # the lessons go before the task and sub-task, never right before the first "> "
+    sys_head, focus = head[:1], head[1:]
+    for budget in (400, 4000):
+        p = pr.assemble(sys_head, optional, steps[:3], "> ", budget, count, focus)
+        assert count(p) <= budget and "Lessons from earlier tasks" in p
+        assert p.index("Lessons from earlier tasks") < p.index("Task: put a clean mug") < p.index("> go to cabinet")
+        assert p.index("Procedure index") < p.index("Current sub-task: find a mug")
+    with pytest.raises(ValueError, match="budget"):
+        pr.assemble(sys_head, optional, steps, "> ", 25, count, focus)

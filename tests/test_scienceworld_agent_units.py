@@ -252,6 +252,20 @@ def test_configs_and_validation() -> None:
     with pytest.raises(ValueError, match="max_steps"):
         config_for("srm", max_steps=0)
     assert parse_tasks("0-2,7") == [0, 1, 2, 7]
+    with pytest.raises(ValueError, match="budget_factor"):
+        config_for("full", budget_factor=-1.0)
+
+
+def test_budget_follows_the_gold_path_with_a_floor() -> None:
+    from metacog_fast.agents.scienceworld.runner import SIMULATOR_STEP_LIMIT
+
+    c = config_for("baseline")  # the protocol's defaults: max(50, 1.5 x gold)
+    assert (c.max_steps, c.budget_factor) == (50, 1.5)
+    assert [c.budget(g) for g in (0, 10, 33, 34, 81)] == [50, 50, 50, 51, 122]
+    assert config_for("baseline", budget_factor=0.0).budget(81) == 50
+    assert config_for("baseline", max_steps=7, budget_factor=2.0).budget(3) == 7
+    # the simulator's own limit counts ticks (a `wait` is ~10): it must sit far above any budget
+    assert SIMULATOR_STEP_LIMIT >= 20 * c.budget(130)
     with pytest.raises(ValueError, match="tasks"):
         parse_tasks("28-31")
     with pytest.raises(ValueError, match="configs"):

@@ -35,6 +35,7 @@ class TaskRecord:
     won: bool
     score: float
     env_actions: int
+    """Actions of the agent (the ones ``episode_action_cap`` bounds)."""
     subtasks: list[dict[str, Any]]
     subtasks_total: int
     subtasks_flagged: int
@@ -49,6 +50,9 @@ class TaskRecord:
     """How the actor's turns became commands: counts per way ("choice", "exact", "embed", "choose")."""
     loop_hidden_turns: int = 0
     """Turns at which the loop breaker hid at least one command."""
+    verify_actions: int = 0
+    """State-reading commands (``look``, ``inventory``) the sub-task verifier sent; they do not
+    count against ``episode_action_cap``."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,6 +118,7 @@ class PlanExecuteAgent:
         self.won = False
         self.score = 0.0
         self.env_actions = 0
+        self.verify_actions = 0
         self.loops = LoopBreaker(self.env_name)
         self.grounded: dict[str, int] = {}
         prov = en.Provenance(task=self.task, run=self.run_id, date=now_iso(), model=self.model)
@@ -133,7 +138,8 @@ class PlanExecuteAgent:
             use_proc = self.memory is not None
             res = self.run_subtask(st, use_procedural=use_proc)
             self.judge(res, last=not queue)
-            if (not res.flag and use_proc and self.config.retry_without_procedural and not self.done
+            # every condition gets the same second attempt (hiding procedural memory where there is one)
+            if (not res.flag and self.config.retry_without_procedural and not self.done
                     and self.env_actions < self.config.episode_action_cap):
                 self._count_sop(res)
                 results.append(res)  # the failed first attempt stays in the record
@@ -164,7 +170,8 @@ class PlanExecuteAgent:
             tokens=usage.prompt_tokens + usage.completion_tokens - u0[0], llm_calls=usage.calls - u0[1],
             seconds=time.perf_counter() - t0,
             memory_sizes=self.memory.sizes() if self.memory is not None else {},
-            grounding=dict(self.grounded), loop_hidden_turns=self.loops.hidden_turns)
+            grounding=dict(self.grounded), loop_hidden_turns=self.loops.hidden_turns,
+            verify_actions=self.verify_actions)
 
     # ------------------------------------------------------------- planning
     def plan(self) -> list[SubTask]:
@@ -260,10 +267,13 @@ class PlanExecuteAgent:
         keep = set(sorted(range(len(commands)), key=lambda i: (-float(sim[i]), i))[:k])
         return [c for i, c in enumerate(commands) if i in keep]
 
-    def env_step(self, action: str) -> str:
+    def env_step(self, action: str, verifier: bool = False) -> str:
         obs, _reward, done, info = self.env.step(action)
         self.loops.record(action, str(obs))
-        self.env_actions += 1
+        if verifier:
+            self.verify_actions += 1
+        else:
+            self.env_actions += 1
         self.admissible = list(info.get("admissible") or self.admissible)
         self.last_obs = str(obs)
         self.won = self.won or bool(info.get("won", info.get("success", False)))
@@ -278,16 +288,16 @@ class PlanExecuteAgent:
             list(ENV_TOOLS[self.env_name].values())
         if not use_procedural or not sops:
             tools = [t for t in tools if not t.startswith(ACCESS_GUIDE)]
-        head = [pr.SYSTEM, pr.tools_section(tools), f"Task: {self.task}",
-                f"Current sub-task: {st.description} (done when: {st.goal})"]
+        head = [pr.SYSTEM, pr.tools_section(tools)]
+        focus = [f"Task: {self.task}", f"Current sub-task: {st.description} (done when: {st.goal})"]
         if options:
-            head.append("Commands you can use now: " + ", ".join(options))
+            focus.append("Commands you can use now: " + ", ".join(options))
         optional = []
         if self.memory is not None and self.memory.strategic and self.config.show_strategic:
             optional.append(pr.strategic_section([s.text() for s in self.memory.strategic]))
         if sops:
             optional.append(pr.index_section(list(sops)))
-        return pr.assemble(head, optional, steps, "> ", self.config.prompt_token_budget, self.count)
+        return pr.assemble(head, optional, steps, "> ", self.config.prompt_token_budget, self.count, focus)
 
     # ------------------------------------------------------------- reflecting
     def judge(self, res: SubTaskResult, last: bool) -> None:
@@ -298,7 +308,7 @@ class PlanExecuteAgent:
     def _verify(self, cmd: str) -> str:
         if self.done:
             return ""
-        return self.env_step(cmd)
+        return self.env_step(cmd, verifier=True)
 
     def _count_sop(self, res: SubTaskResult) -> None:
         if res.sop_used and self.memory is not None and self.config.learn and res.sop_used in self.memory.procedural:

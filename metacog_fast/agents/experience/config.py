@@ -15,7 +15,13 @@ class ExperienceConfig:
     max_subtasks: int = 6
     """Longest sub-task queue a plan may hold (extra items are dropped)."""
     retry_without_procedural: bool = True
-    """After a failed sub-task, run it once more with the procedural memory hidden (paper 003)."""
+    """After a failed sub-task, run it once more, with the procedural memory hidden where there is
+    one (paper 003). Every condition gets this second attempt, so that the memory condition is not
+    compared with a baseline that had fewer tries."""
+    verify_step_allowance: int = 50
+    """Environment steps kept above ``episode_action_cap`` for the verifier's ``look`` /
+    ``inventory`` (they read state and are not charged to the agent; ALFWorld's own limit is set
+    to the sum)."""
     prompt_token_budget: int = 1500
     """Tokens the assembled action prompt may use (system, memories, trajectory)."""
     max_strategic: int = 8
@@ -67,6 +73,8 @@ class ExperienceConfig:
             raise ValueError(f"action_grounding: expected one of {GROUNDINGS}, got {self.action_grounding!r}")
         if int(self.action_shortlist) < 0:
             raise ValueError(f"action_shortlist: expected >= 0 (0 = all commands), got {self.action_shortlist!r}")
+        if not isinstance(self.verify_step_allowance, int) or self.verify_step_allowance < 0:
+            raise ValueError(f"verify_step_allowance: expected an int >= 0, got {self.verify_step_allowance!r}")
         for name in ("subtask_action_cap", "episode_action_cap", "max_subtasks", "free_action_max_tokens"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)!r}")

@@ -30,18 +30,21 @@ def llm_token_counter(llm: LLM) -> TokenCounter:
 
 
 def assemble(fixed_head: Sequence[str], optional: Sequence[str], steps: Sequence[Step], tail: str,
-             budget: int, count: TokenCounter = approx_tokens) -> str:
-    """Build ``head + optional + recent steps + tail`` with at most ``budget`` tokens.
+             budget: int, count: TokenCounter = approx_tokens, fixed_focus: Sequence[str] = ()) -> str:
+    """Build ``head + optional + focus + recent steps + tail`` with at most ``budget`` tokens.
 
-    ``fixed_head`` (system, task, sub-task) and ``tail`` are always kept; then as many of the most
-    recent steps as fit (newest kept first); ``optional`` sections (memories, in priority order) are
-    dropped from the end first, before any step is dropped below the last two. Raises ValueError if
-    the fixed parts alone exceed the budget.
+    ``fixed_head`` (system, commands), ``fixed_focus`` (task, sub-task) and ``tail`` are always
+    kept; then as many of the most recent steps as fit (newest kept first); ``optional`` sections
+    (memories, in priority order) are dropped from the end first, before any step is dropped below
+    the last two. The memories sit before the focus on purpose: placed right before the first
+    ``> ``, a small model continues the list of lessons instead of acting (it wrote ``finish`` for 33
+    of 34 sub-tasks so). Raises ValueError if the fixed parts alone exceed the budget.
     """
     if budget < 1:
         raise ValueError(f"budget must be >= 1 token, got {budget}")
     head = "\n\n".join(s for s in fixed_head if s)
-    base = count(head) + count(tail) + 4
+    focus = "\n\n".join(s for s in fixed_focus if s)
+    base = count(head) + (count(focus) + 2 if focus else 0) + count(tail) + 4
     if base > budget:
         raise ValueError(f"prompt budget {budget} tokens is smaller than the fixed sections ({base} tokens)")
     step_txt = [f"> {s.action}\n{s.observation}" + (f"\n(tip: {s.tip})" if s.tip else "") for s in steps]
@@ -62,7 +65,7 @@ def assemble(fixed_head: Sequence[str], optional: Sequence[str], steps: Sequence
         n_opt -= 1
     while total(n_opt, n_steps) > budget and n_steps > 0:
         n_steps -= 1
-    parts = [head] + opt[:n_opt]
+    parts = [head] + opt[:n_opt] + ([focus] if focus else [])
     if n_steps:
         shown = step_txt[len(step_txt) - n_steps:]
         if n_steps < len(steps):

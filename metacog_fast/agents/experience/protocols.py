@@ -52,8 +52,9 @@ class ProtocolConfig:
     """Run folder."""
 
 
-def open_env(cfg: ProtocolConfig, game: str) -> tuple[Any, dict[str, Any]]:
-    """An env adapter for one game and the reset options that select it."""
+def open_env(cfg: ProtocolConfig, game: str, env_steps: int = 100) -> tuple[Any, dict[str, Any]]:
+    """An env adapter for one game and the reset options that select it; ``env_steps``: the
+    environment's own step limit (the agent's cap plus the verifier's allowance)."""
     from metacog_fast.envs import make_env
 
     if cfg.env == "alfworld":
@@ -61,12 +62,12 @@ def open_env(cfg: ProtocolConfig, game: str) -> tuple[Any, dict[str, Any]]:
             idx = int(game)
         except ValueError:
             raise ValueError(f"ALFWorld games must be integer indices, got {game!r}") from None
-        return make_env("alfworld", split=cfg.split, game=idx), {}
+        return make_env("alfworld", split=cfg.split, game=idx, max_episode_steps=env_steps), {}
     if cfg.env == "scienceworld":
         task, _, var = game.partition(":")
         if not var.isdigit():
             raise ValueError(f"ScienceWorld games must be 'task:variation', got {game!r}")
-        return make_env("scienceworld", task=task, variation=int(var), split=cfg.split), {}
+        return make_env("scienceworld", task=task, variation=int(var), split=cfg.split, step_limit=10 * env_steps), {}
     raise ValueError(f"env must be 'alfworld' or 'scienceworld', got {cfg.env!r}")
 
 
@@ -122,7 +123,7 @@ class Run:
         agent = PlanExecuteAgent(self.llm, self.cfg.env, self.memory if use_memory else None, exp,
                                  run_id=os.path.basename(os.path.abspath(self.cfg.out)), model=self.model,
                                  embed=self.embed)
-        env, opts = open_env(self.cfg, game)
+        env, opts = open_env(self.cfg, game, exp.episode_action_cap + exp.verify_step_allowance)
         try:
             rec = agent.run_task(env, **opts)
         finally:

@@ -55,6 +55,8 @@ class EpisodeResult:
     steps: int
     errored: bool
     gold_len: int
+    budget: int
+    """Agent actions this episode was allowed (``AgentConfig.budget``)."""
     mechanisms: dict[str, int]
     llm_seconds: float
     env_seconds: float
@@ -121,7 +123,8 @@ class DualProcessAgent:
         won = False
         t = 0
         t0 = time.perf_counter()
-        for t in range(cfg.max_steps):
+        budget = cfg.budget(gold_len)
+        for t in range(budget):
             vs = ValidSet(valid, room)
             state = SwiftState(task, obs, last_action, valid, executed)
             if self.amm is not None and swift_failed:
@@ -223,7 +226,7 @@ class DualProcessAgent:
         return EpisodeResult(
             task=str(info.get("task_name", "")), variation=int(variation), config=config_name,
             score=max(0.0, min(100.0, score)), raw_score=score, won=won, steps=len(actions), errored=errored,
-            gold_len=gold_len, mechanisms=mech, llm_seconds=llm_s, env_seconds=env_s,
+            gold_len=gold_len, budget=budget, mechanisms=mech, llm_seconds=llm_s, env_seconds=env_s,
             agent_seconds=max(0.0, total - llm_s - (env_s - reset_s)),
             llm_calls=(usage.calls - calls0) if usage else 0,
             llm_tokens=(usage.total_tokens - tok0) if usage else 0,

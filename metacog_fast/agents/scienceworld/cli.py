@@ -15,7 +15,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default="all", help=f"one of {', '.join(CONFIG_NAMES)}, a comma list, or all (default)")
     p.add_argument("--tasks", default="0-29", help="task indices, e.g. 0-29 or 0,3,7 (default 0-29)")
     p.add_argument("--variations", type=int, default=d.variations, help=f"test variations per task (default {d.variations})")
-    p.add_argument("--max-steps", type=int, default=d.max_steps, help=f"step budget per episode (default {d.max_steps})")
+    p.add_argument("--max-steps", type=int, default=d.max_steps,
+                   help=f"agent actions per episode, the budget's floor (default {d.max_steps})")
+    p.add_argument("--budget-factor", type=float, default=d.budget_factor,
+                   help=f"budget = max(max-steps, budget-factor x gold path length); 0: flat max-steps "
+                        f"(default {d.budget_factor})")
     p.add_argument("--warmup", type=int, default=d.warmup_per_task,
                    help=f"AMM warm-up episodes per task (default {d.warmup_per_task}; 2 x 30 tasks = 60)")
     p.add_argument("--train-variations", type=int, default=d.train_variations,
@@ -33,7 +37,7 @@ def run_cmd(a: argparse.Namespace) -> int:
 
     configs = list(CONFIG_NAMES) if a.config == "all" else [c.strip() for c in a.config.split(",") if c.strip()]
     cfg = RunConfig(configs=configs, tasks=parse_tasks(a.tasks), variations=a.variations, max_steps=a.max_steps,
-                    train_variations=a.train_variations, warmup_per_task=a.warmup, swift=a.swift, workers=a.workers,
+                    budget_factor=a.budget_factor, train_variations=a.train_variations, warmup_per_task=a.warmup, swift=a.swift, workers=a.workers,
                     llm=a.llm, n_threads=a.n_threads, memory_embed=a.memory_embed).validate()
     print(json.dumps(run_protocol(a.out, cfg)))
     return 0

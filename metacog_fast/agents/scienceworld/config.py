@@ -1,6 +1,7 @@
 """Configuration of the dual-process agent and the four feature-flag configurations."""
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -17,8 +18,12 @@ class AgentConfig:
     """Self-Reflection Module: Gate-1 before every execution, stagnation signals, the Critic."""
     swift: str = "ranker"
     """Swift proposer: "ranker" (learned imitation ranker) or "llm" (LLM constrained choice)."""
-    max_steps: int = 30
-    """Environment steps per episode (the step budget)."""
+    max_steps: int = 50
+    """Agent actions per episode: the budget, or its floor when ``budget_factor`` > 0."""
+    budget_factor: float = 1.5
+    """The budget is max(max_steps, ceil(budget_factor x the variation's gold path length))
+    (docs/design.md §3.3: 19 of the 30 tasks' gold paths are longer than a flat 20-30 steps);
+    0 gives a flat ``max_steps``."""
     sage_candidates: int = 6
     """Top Swift candidates offered to Sage (and the Critic) as grounded options."""
     sage_actions: int = 2
@@ -51,6 +56,8 @@ class AgentConfig:
                      "stagnation_window", "memory_k", "history"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+        if not self.budget_factor >= 0:
+            raise ValueError(f"budget_factor: expected >= 0, got {self.budget_factor}")
         if self.critic_budget < 0:
             raise ValueError(f"critic_budget: expected >= 0, got {self.critic_budget}")
         if not 0.0 < self.repair_cutoff <= 1.0:
@@ -59,6 +66,12 @@ class AgentConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def budget(self, gold_len: int) -> int:
+        """Agent actions allowed in an episode whose gold path has ``gold_len`` actions."""
+        if self.budget_factor <= 0 or gold_len <= 0:
+            return self.max_steps
+        return max(self.max_steps, math.ceil(self.budget_factor * gold_len))
 
 
 CONFIGS: dict[str, AgentConfig] = {

@@ -20,6 +20,11 @@ if TYPE_CHECKING:
     from metacog_fast.llm.protocol import LLM
 
 
+SIMULATOR_STEP_LIMIT = 100_000
+"""The simulator's own limit, far above any agent budget: it counts ticks, and one ``wait`` is
+about ten of them, so a limit near the budget ended episodes early, and differently per agent."""
+
+
 @dataclass
 class RunConfig:
     """One run of the ScienceWorld protocol."""
@@ -30,8 +35,10 @@ class RunConfig:
     """Task indices 0-29."""
     variations: int = 2
     """Test variations per task (the first N of the test split)."""
-    max_steps: int = 30
-    """Step budget per episode."""
+    max_steps: int = 50
+    """Agent actions per episode: the floor of the budget (see ``budget_factor``)."""
+    budget_factor: float = 1.5
+    """Budget = max(max_steps, ceil(budget_factor x gold path length)) per variation; 0: flat max_steps."""
     train_variations: int = 1
     """Train variations per task whose gold paths train the ranker."""
     warmup_per_task: int = 2
@@ -56,6 +63,8 @@ class RunConfig:
         for n in ("variations", "max_steps", "train_variations", "workers", "n_threads"):
             if getattr(self, n) < 1:
                 raise ValueError(f"{n}: expected >= 1, got {getattr(self, n)}")
+        if not self.budget_factor >= 0:
+            raise ValueError(f"budget_factor: expected >= 0, got {self.budget_factor}")
         if self.warmup_per_task < 0:
             raise ValueError(f"warmup_per_task: expected >= 0, got {self.warmup_per_task}")
         return self
@@ -184,7 +193,7 @@ def _task_worker(args: tuple[str, RunConfig, int]) -> dict[str, Any]:
     warm_path = os.path.join(run, "memory", "warmup", f"{name}.sqlite")
     warm_marker = warm_path + ".done.json"
     if any(config_for(c).use_amm for c in cfg.configs) and not os.path.exists(warm_marker):
-        env = make_env("scienceworld", task=task, split="train", step_limit=cfg.max_steps + 5)
+        env = make_env("scienceworld", task=task, split="train", step_limit=SIMULATOR_STEP_LIMIT)
         try:
             for p in (warm_path, warm_path + ".hnsw", warm_path + ".hnsw.json"):
                 if os.path.exists(p):
@@ -194,7 +203,7 @@ def _task_worker(args: tuple[str, RunConfig, int]) -> dict[str, Any]:
             vs = env.variations
             # train variations after the ones used for the ranker's gold paths
             warm_vars = [vs[(cfg.train_variations + i) % len(vs)] for i in range(cfg.warmup_per_task)]
-            acfg = config_for("amm", swift=cfg.swift, max_steps=cfg.max_steps)
+            acfg = config_for("amm", swift=cfg.swift, max_steps=cfg.max_steps, budget_factor=cfg.budget_factor)
             results = []
             for v in warm_vars:
                 res = run_episode(env, acfg, swift, llm, v, AMM(store, name, acfg.memory_k, cfg.memory_embed), "warmup")
@@ -203,14 +212,14 @@ def _task_worker(args: tuple[str, RunConfig, int]) -> dict[str, Any]:
             write_json(warm_marker, {"episodes": results, "records": sum(r["mechanisms"]["memory_writes"] for r in results)})
         finally:
             env.close()
-    env = make_env("scienceworld", task=task, split="test", step_limit=cfg.max_steps + 5)
+    env = make_env("scienceworld", task=task, split="test", step_limit=SIMULATOR_STEP_LIMIT)
     try:
         for v in env.variations[: cfg.variations]:
             for c in cfg.configs:
                 path = episode_path(run, c, name, v)
                 if os.path.exists(path):
                     continue
-                acfg = config_for(c, swift=cfg.swift, max_steps=cfg.max_steps)
+                acfg = config_for(c, swift=cfg.swift, max_steps=cfg.max_steps, budget_factor=cfg.budget_factor)
                 amm = None
                 store = None
                 if acfg.use_amm:
