@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,8 @@ class HttpConfig:
     constrained: str = "auto"
     """How ``choices=`` is enforced: ``"grammar"`` (llama.cpp GBNF field), ``"guided_choice"`` (vLLM),
     ``"choose"`` (likelihood ranking via prompt logprobs), or ``"auto"`` (from the server's /models owner)."""
+    max_concurrency: int = 8
+    """Most requests ``generate_many`` / ``choose_many`` keep in flight at once."""
     seed: int = 0
     """Seeds the generator of per-call seeds for calls with ``seed=None``."""
     budget: Budget | None = None
@@ -80,6 +83,8 @@ class HttpLLM(LLM):
         super().__init__(budget=config.budget, seed=config.seed)
         if config.constrained not in CONSTRAINT_MODES:
             raise ValueError(f"constrained: expected one of {CONSTRAINT_MODES}, got {config.constrained!r}")
+        if isinstance(config.max_concurrency, bool) or not isinstance(config.max_concurrency, int) or config.max_concurrency < 1:
+            raise ValueError(f"max_concurrency: expected an int >= 1, got {config.max_concurrency!r}")
         if config.extra_body is not None and not isinstance(config.extra_body, dict):
             raise ValueError(f"extra_body: expected a dict or None, got {type(config.extra_body).__name__}")
         self.config = config
@@ -193,6 +198,20 @@ class HttpLLM(LLM):
 
     def _generate_chat(self, messages: list[Message], params: SamplingParams) -> list[Completion]:
         return self._sample("/chat/completions", {"messages": messages}, params, chat=True)
+
+    def _concurrently(self, fn: Any, args: list[Any]) -> list[Any]:
+        """``fn`` over ``args`` with at most ``max_concurrency`` requests in flight; results in order."""
+        if self._model is None or (self._owner is None and self.config.constrained == "auto"):
+            self._discover()  # once, before the threads start
+        workers = min(self.config.max_concurrency, len(args))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm-http") as pool:
+            return list(pool.map(fn, args))
+
+    def _generate_many(self, prompts: list[str], params: list[SamplingParams]) -> list[Completion]:
+        return self._concurrently(lambda a: self._generate(a[0], a[1])[0], list(zip(prompts, params)))
+
+    def _score_many(self, prompts: list[str], options: list[list[str]]) -> list[ScoreResult]:
+        return self._concurrently(lambda a: self._score(a[0], a[1]), list(zip(prompts, options)))
 
     def _score(self, prompt: str, options: list[str]) -> ScoreResult:
         """Prompt logprobs of ``prompt + option`` (``echo`` with OpenAI semantics, e.g. vLLM's server):

@@ -33,6 +33,15 @@ class LlamaCppConfig:
     """Threads for decoding and prompt evaluation; ``None`` = all cores available to this process."""
     n_batch: int = 512
     """Prompt tokens evaluated per llama_decode call."""
+    flash_attn: bool = True
+    """Flash attention in the single-sequence context; the batch context always uses it, and only
+    then do its prompt evaluations and scores equal the single-sequence ones bit for bit."""
+    batched: bool = True
+    """``generate_many`` / ``choose_many`` decode all sequences together (False: one after another)."""
+    batch_n_ctx: int = 16384
+    """KV cells of the batch context, shared by all its sequences (allocated on first batched call)."""
+    batch_n_seq_max: int = 64
+    """Most sequences the batch context holds at once (a call's prompts plus cached ones)."""
     seed: int = 0
     """Seeds the generator that supplies per-call seeds when a call passes ``seed=None``."""
     verbose: bool = False
@@ -81,12 +90,14 @@ class LlamaCppLLM(LLM):
             n_ubatch=cfg.n_batch,
             n_threads=threads,
             n_threads_batch=threads,
+            flash_attn=cfg.flash_attn,
             seed=cfg.seed,
             verbose=cfg.verbose,
             **({"lora_path": lora} if lora else {}),
         )
         self._grammar_cls = llama_cpp.LlamaGrammar
         self.session = LlamaSession(self._llama)
+        self._engine = None
         md = self._llama.metadata
         self.chat_template: str | None = md.get("tokenizer.chat_template")
         self._formatter = None
@@ -106,8 +117,24 @@ class LlamaCppLLM(LLM):
         """The underlying ``llama_cpp.Llama`` (shared KV cache: use with care)."""
         return self._llama
 
+    @property
+    def engine(self):  # noqa: ANN201 - LlamaBatchEngine, created on first use
+        """The batch engine (a second llama.cpp context on the same weights), created on first use."""
+        if self._engine is None:
+            from metacog_fast.llm.llama_batch import LlamaBatchEngine
+
+            cfg = self.config
+            self._engine = LlamaBatchEngine(
+                self._llama, n_ctx=cfg.batch_n_ctx, n_seq_max=cfg.batch_n_seq_max, n_batch=cfg.n_batch,
+                n_threads=self.n_threads, lora_adapter=getattr(self._llama, "_lora_adapter", None),
+            )
+        return self._engine
+
     def close(self) -> None:
         super().close()
+        if getattr(self, "_engine", None) is not None:
+            self._engine.close()
+            self._engine = None
         ll = getattr(self, "_llama", None)
         if ll is not None:
             ll.close()
@@ -163,6 +190,43 @@ class LlamaCppLLM(LLM):
 
     def _generate_chat(self, messages: list[Message], params: SamplingParams) -> list[Completion]:
         return self._run(self._chat_tokens(messages), params)
+
+    def _generate_many(self, prompts: list[str], params: list[SamplingParams]) -> list[Completion]:
+        if not self.config.batched:
+            return super()._generate_many(prompts, params)
+        from metacog_fast.llm.llama_batch import SeqRequest
+
+        reqs = [
+            SeqRequest(tokens=self._prompt_tokens(p), max_tokens=sp.max_tokens, temperature=sp.temperature,
+                       top_p=sp.top_p, seed=int(sp.seed or 0), stop=sp.stop)
+            for p, sp in zip(prompts, params)
+        ]
+        out = []
+        for r, s in zip(reqs, self.engine.generate(reqs)):
+            out.append(Completion(
+                text=s.text, prompt_tokens=len(r.tokens), completion_tokens=len(s.tokens), seconds=s.seconds,
+                finish_reason=s.finish_reason, prefill_seconds=s.prefill_seconds, decode_seconds=s.decode_seconds,
+                cached_tokens=s.cached_tokens,
+            ))
+        return out
+
+    def _option_tokens(self, options: list[str]) -> list[list[int]]:
+        otoks = [self.session.tokenize(o, bos=False, special=False) for o in options]
+        for i, t in enumerate(otoks):
+            if not t:
+                raise ValueError(f"options[{i}]: tokenizes to no tokens: {options[i]!r}")
+        return otoks
+
+    def _score_many(self, prompts: list[str], options: list[list[str]]) -> list[ScoreResult]:
+        if not self.config.batched:
+            return super()._score_many(prompts, options)
+        ptoks = [self._prompt_tokens(p) for p in prompts]
+        otoks = [self._option_tokens(o) for o in options]
+        logprobs, prefill, cached = self.engine.score(ptoks, otoks)
+        return [
+            ScoreResult(lp, len(pt), sum(len(t) + 1 for t in ot), prefill if i == 0 else 0.0, c)
+            for i, (lp, pt, ot, c) in enumerate(zip(logprobs, ptoks, otoks, cached))
+        ]
 
     def _score(self, prompt: str, options: list[str]) -> ScoreResult:
         ptoks = self._prompt_tokens(prompt)

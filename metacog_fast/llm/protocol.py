@@ -12,7 +12,7 @@ import math
 import random
 import time
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Sequence
 
 from metacog_fast.llm.budget import Budget, Usage
 from metacog_fast.llm.params import (
@@ -143,6 +143,75 @@ class LLM(ABC):
         )
         return Choice(best, list(res.logprobs))
 
+    def generate_many(
+        self,
+        prompts: Sequence[str],
+        *,
+        temperature: float | Sequence[float] = 0.0,
+        top_p: float | Sequence[float] = 1.0,
+        max_tokens: int | Sequence[int] = 64,
+        stop: str | list[str] | None | Sequence[str | list[str] | None] = None,
+        seed: int | None | Sequence[int | None] = None,
+    ) -> list[Completion]:
+        """One continuation of each prompt, all in one call (the backend batches them where it can).
+
+        Every setting is one value for all prompts or a list with one value per prompt;
+        ``seed=s`` gives prompt ``i`` the seed ``s + i`` (as the ``n`` samples of
+        :meth:`complete`), ``None`` draws them from the backend's seeded generator.
+        Duplicate prompts (``n`` samples of one prompt) share their prompt evaluation.
+        Returns one :class:`Completion` per prompt, in order. The call counts once
+        against the budget (like ``n`` samples) and is recorded as kind ``"generate_many"``.
+        """
+        plist, params = self._many_params(prompts, temperature, top_p, max_tokens, stop, seed)
+        self._ensure_open()
+        self.usage.check(self.budget)
+        t0 = time.perf_counter()
+        out = self._generate_many(plist, params)
+        dt = time.perf_counter() - t0
+        self._record(CallRecord(
+            kind="generate_many",
+            prompt_tokens=sum(c.prompt_tokens for c in out),
+            completion_tokens=sum(c.completion_tokens or 0 for c in out),
+            seconds=dt,
+            n=len(out),
+            prefill_seconds=max((c.prefill_seconds or 0.0) for c in out),
+            cached_tokens=sum(c.cached_tokens or 0 for c in out),
+        ))
+        return out
+
+    def choose_many(self, prompts: Sequence[str], options: Sequence[str] | Sequence[Sequence[str]]) -> list[Choice]:
+        """:meth:`choose` for many prompts in one call: ``options`` is one option list for all
+        prompts or one list per prompt. Returns one :class:`Choice` per prompt, in order."""
+        plist = self._check_prompts(prompts)
+        if isinstance(options, str) or not isinstance(options, Sequence) or len(options) == 0:
+            raise ValueError(f"options: expected a list of strings or one list per prompt, got {options!r:.80}")
+        if all(isinstance(o, str) for o in options):
+            shared = check_options(options)
+            olist = [shared] * len(plist)
+        else:
+            if len(options) != len(plist):
+                raise ValueError(f"options: expected {len(plist)} option lists (one per prompt), got {len(options)}")
+            olist = [check_options(o, f"options[{i}]") for i, o in enumerate(options)]
+        self._ensure_open()
+        self.usage.check(self.budget)
+        t0 = time.perf_counter()
+        results = self._score_many(plist, olist)
+        dt = time.perf_counter() - t0
+        out = []
+        for res, opts in zip(results, olist):
+            best = max(range(len(opts)), key=lambda i: (res.logprobs[i], -i))
+            out.append(Choice(best, list(res.logprobs)))
+        self._record(CallRecord(
+            kind="choose_many",
+            prompt_tokens=sum(r.prompt_tokens + r.option_tokens for r in results),
+            completion_tokens=0,
+            seconds=dt,
+            n=sum(len(o) for o in olist),
+            prefill_seconds=results[0].prefill_seconds,
+            cached_tokens=sum(r.cached_tokens or 0 for r in results),
+        ))
+        return out
+
     def close(self) -> None:
         """Release the model or connection (idempotent); later calls raise RuntimeError."""
         self._closed = True
@@ -166,6 +235,14 @@ class LLM(ABC):
 
     @abstractmethod
     def _score(self, prompt: str, options: list[str]) -> ScoreResult: ...
+
+    def _generate_many(self, prompts: list[str], params: list[SamplingParams]) -> list[Completion]:
+        """One sample per prompt. Default: one ``_generate`` after another (the unbatched path)."""
+        return sequential_generate_many(self, prompts, params)
+
+    def _score_many(self, prompts: list[str], options: list[list[str]]) -> list[ScoreResult]:
+        """``_score`` of every prompt. Default: one after another (the unbatched path)."""
+        return sequential_score_many(self, prompts, options)
 
     def _constrained(
         self, prompt: str | None, messages: list[Message] | None, choices: list[str], params: SamplingParams
@@ -194,6 +271,49 @@ class LLM(ABC):
                 seed=self._rng.randrange(0, 2**31),
             )
         return params
+
+    @staticmethod
+    def _check_prompts(prompts: Any) -> list[str]:
+        if isinstance(prompts, str) or not isinstance(prompts, Sequence):
+            raise ValueError(f"prompts: expected a list of strings, got {type(prompts).__name__}")
+        if len(prompts) == 0:
+            raise ValueError("prompts: expected at least one prompt, got an empty list")
+        out = list(prompts)
+        for i, p in enumerate(out):
+            if not isinstance(p, str) or p == "":
+                raise ValueError(f"prompts[{i}]: expected a non-empty string, got {p!r:.80}")
+        return out
+
+    def _many_params(
+        self, prompts: Any, temperature: Any, top_p: Any, max_tokens: Any, stop: Any, seed: Any
+    ) -> tuple[list[str], list[SamplingParams]]:
+        plist = self._check_prompts(prompts)
+        n = len(plist)
+
+        def per(name: str, value: Any, scalar: Any) -> list[Any]:
+            if isinstance(value, scalar) or value is None:
+                return [value] * n
+            if isinstance(value, (list, tuple)) and name == "stop" and all(isinstance(v, str) for v in value):
+                return [list(value)] * n  # one list of stop strings for every prompt
+            if not isinstance(value, (list, tuple)) or len(value) != n:
+                raise ValueError(f"{name}: expected one value or a list of {n} (one per prompt), got {value!r:.80}")
+            return list(value)
+
+        temps = per("temperature", temperature, (int, float))
+        tops = per("top_p", top_p, (int, float))
+        maxes = per("max_tokens", max_tokens, int)
+        stops = per("stop", stop, str)
+        if isinstance(seed, int) and not isinstance(seed, bool):
+            seeds: list[Any] = [(seed + i) % (2**32 - 1) for i in range(n)]
+        else:
+            seeds = per("seed", seed, int)
+        params = []
+        for i in range(n):
+            try:
+                params.append(self._params(1, temps[i], tops[i], maxes[i], stops[i], seeds[i]))
+            except ValueError as exc:
+                raise ValueError(f"prompts[{i}]: {exc}") from None
+        return plist, params
 
     def _call(self, kind: str, fn: Any, n: int) -> list[Completion]:
         self._ensure_open()
@@ -265,6 +385,16 @@ class LLM(ABC):
             )
             for k, i in enumerate(picks)
         ]
+
+
+def sequential_generate_many(llm: LLM, prompts: list[str], params: list[SamplingParams]) -> list[Completion]:
+    """One ``_generate`` per prompt, in order: the unbatched path (and the benchmarks' anchor)."""
+    return [llm._generate(p, sp)[0] for p, sp in zip(prompts, params)]
+
+
+def sequential_score_many(llm: LLM, prompts: list[str], options: list[list[str]]) -> list[ScoreResult]:
+    """One ``_score`` per prompt, in order: the unbatched path (and the benchmarks' anchor)."""
+    return [llm._score(p, o) for p, o in zip(prompts, options)]
 
 
 def choices_from_texts(completions: list[Completion], choices: list[str], how: str) -> list[Completion] | None:

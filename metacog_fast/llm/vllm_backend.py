@@ -130,6 +130,35 @@ class VLLMLLM(LLM):
         req = self.engine.chat(messages, self._sp(params), use_tqdm=False)[0]
         return self._to_completions(req, time.perf_counter() - t0)
 
+    def _generate_many(self, prompts: list[str], params: list[SamplingParams]) -> list[Completion]:
+        """All prompts in one ``engine.generate`` (vLLM takes one SamplingParams per prompt)."""
+        t0 = time.perf_counter()
+        reqs = self.engine.generate(list(prompts), [self._sp(p) for p in params], use_tqdm=False)
+        dt = time.perf_counter() - t0
+        return [self._to_completions(r, dt)[0] for r in reqs]
+
+    def _score_many(self, prompts: list[str], options: list[list[str]]) -> list[ScoreResult]:
+        """Every prompt + option of every prompt in one ``engine.generate`` with prompt logprobs."""
+        ptoks = [list(self.tokenizer.encode(p)) for p in prompts]
+        otoks = []
+        for i, opts in enumerate(options):
+            ts = [list(self.tokenizer.encode(o, add_special_tokens=False)) for o in opts]
+            for j, t in enumerate(ts):
+                if not t:
+                    raise ValueError(f"options[{i}][{j}]: tokenizes to no tokens: {opts[j]!r}")
+            otoks.append(ts)
+        sp = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+        flat = [{"prompt_token_ids": p + t} for p, ts in zip(ptoks, otoks) for t in ts]
+        reqs = iter(self.engine.generate(flat, sp, use_tqdm=False))
+        out = []
+        for p, ts in zip(ptoks, otoks):
+            lps = []
+            for t in ts:
+                plp = next(reqs).prompt_logprobs
+                lps.append(sum(float(plp[len(p) + j][tok].logprob) for j, tok in enumerate(t)))
+            out.append(ScoreResult(lps, len(p), sum(len(t) for t in ts)))
+        return out
+
     def _chat_prompt_for_scoring(self, messages: list[Message]) -> str:
         return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
 

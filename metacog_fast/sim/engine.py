@@ -129,7 +129,10 @@ class Simulation:
         self._provisional: dict[str, list[int]] = {}
         self.fallbacks = 0
         self.budget_spent = False
-        self._pool = cf.ThreadPoolExecutor(max_workers=max(1, self.cfg.llm_workers), thread_name_prefix="agent")
+        workers = max(1, self.cfg.llm_workers)
+        if llm is not None and llm.batched:
+            workers = max(workers, len(self.agents))  # every agent waits in the same round
+        self._pool = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agent")
         rules = scenario.rules
         self.horde: ZombieHorde | None = None
         if rules["type"] == "zombie":
@@ -165,6 +168,13 @@ class Simulation:
         if not self.cfg.use_llm or self.llm is None or self.budget_spent:
             return [None] * len(pairs)
         from metacog_fast.agents.generative import prompts as P
+
+        if self.llm.batched and pairs:
+            try:  # all of the step's ratings in one call
+                return list(self.llm.rate_many([P.importance(p[0], p[1]) for p in pairs], "importance"))
+            except BudgetExhausted:
+                self.budget_spent = True
+                return [None] * len(pairs)
 
         def one(p: tuple[str, str]) -> int | None:
             try:
@@ -375,7 +385,7 @@ class Simulation:
                 meta_questions=self.sc.meta_questions or ["How can I make progress toward my goal?"],
                 listener_heads={b.name: heads[b.name] for b in self._agents_near(a, self.sc.perception_range)},
             )
-            futures[self._pool.submit(a.think, ctx, self.llm, self.memory, cancel)] = a
+            futures[self._pool.submit(self._think_job, a, ctx, cancel)] = a
         done, not_done = cf.wait(futures, timeout=None if self.cfg.step_budget is None else self._remaining())
         cancel.set()
         for f in not_done:
@@ -391,6 +401,13 @@ class Simulation:
             except StepCancelled:
                 pass
         return out
+
+    def _think_job(self, a: GenerativeAgent, ctx: StepContext, cancel: threading.Event) -> Decision:
+        assert self.llm is not None
+        if not self.llm.batched:
+            return a.think(ctx, self.llm, self.memory, cancel)
+        with self.llm.worker():  # the agent's calls join the round of all agents' calls
+            return a.think(ctx, self.llm, self.memory, cancel)
 
     # ------------------------------------------------------------------ acting
     def act(self, decisions: dict[str, Decision]) -> list[dict[str, Any]]:

@@ -1,6 +1,12 @@
 """The simulation's view of an LLM backend (:mod:`metacog_fast.llm`): serialised
 access to the embedded model, thread-safe per-run accounting, a per-run call
-budget, and robust helpers for ratings, choices and short texts."""
+budget, and robust helpers for ratings, choices and short texts.
+
+``batched=True``: the agents' worker threads do not call the model one after
+another; each call waits in a round, and when every registered worker is waiting
+(:meth:`SimLLM.worker`), the round goes to the backend as one ``choose_many`` and
+one ``generate_many`` (all agents' decisions in one call). :meth:`SimLLM.rate_many`
+rates many memories in one ``choose_many``."""
 from __future__ import annotations
 
 import re
@@ -50,14 +56,21 @@ class SimLLM:
     :class:`~metacog_fast.llm.BudgetExhausted` and agents fall back to their current plan.
     """
 
-    def __init__(self, llm: LLM, *, serial: bool | None = None, max_calls: int | None = None) -> None:
+    def __init__(self, llm: LLM, *, serial: bool | None = None, max_calls: int | None = None,
+                 batched: bool = False) -> None:
         self.llm = llm
         uri = str(getattr(llm, "uri", ""))
         self.serial = (not uri.startswith(("http://", "https://"))) if serial is None else serial
+        self.batched = batched
         self.max_calls = max_calls
         self.cost = LLMCost()
         self._call_lock = threading.Lock()
         self._acct = threading.Lock()
+        self._round = threading.Condition()
+        self._pending: list[_Request] = []
+        self._workers = 0
+        self.rounds = 0
+        """Batched rounds sent to the backend (each: at most one choose_many and one generate_many)."""
 
     def reset(self, max_calls: int | None = None) -> None:
         """Start a new run's accounting."""
@@ -83,6 +96,81 @@ class SimLLM:
             c.seconds += seconds
             c.by_purpose[purpose] = c.by_purpose.get(purpose, 0) + 1
 
+    # ---------------------------------------------------------------- batched rounds
+    def worker(self) -> "_Worker":
+        """Context manager around one agent's thinking job: while inside, a round waits for this
+        thread's next call before it goes to the backend."""
+        return _Worker(self)
+
+    def _enter(self) -> None:
+        with self._round:
+            self._workers += 1
+
+    def _leave(self) -> None:
+        with self._round:
+            self._workers -= 1
+            self._maybe_dispatch()
+
+    def _submit(self, req: "_Request") -> Any:
+        with self._round:
+            self._pending.append(req)
+            self._maybe_dispatch()
+            while not req.done:
+                self._round.wait()
+        if req.error is not None:
+            raise req.error
+        return req.result
+
+    def _maybe_dispatch(self) -> None:
+        # called with self._round held: run the round once every registered worker is waiting
+        if not self._pending or len(self._pending) < self._workers:
+            return
+        batch, self._pending = self._pending, []
+        self.rounds += 1
+        try:
+            self._run_round(batch)
+        except BaseException as exc:  # noqa: BLE001 - every waiter gets the error
+            for r in batch:
+                if not r.done:
+                    r.error, r.done = exc, True
+        self._round.notify_all()
+
+    def _run_round(self, batch: list["_Request"]) -> None:
+        chooses = [r for r in batch if r.kind == "choose"]
+        texts = [r for r in batch if r.kind == "text"]
+        if chooses:
+            t0 = time.perf_counter()
+            res = self.llm.choose_many([r.prompt for r in chooses], [r.options for r in chooses])
+            dt = time.perf_counter() - t0
+            tokens = _last_prompt_tokens(self.llm)
+            for r, c in zip(chooses, res):
+                r.result, r.done = c, True
+                self._account(r.purpose, tokens // len(chooses), 0, dt / len(chooses))
+        if texts:
+            t0 = time.perf_counter()
+            out = self.llm.generate_many([r.prompt for r in texts], temperature=[r.kw["temperature"] for r in texts],
+                                         max_tokens=[r.kw["max_tokens"] for r in texts],
+                                         stop=[r.kw["stop"] for r in texts], seed=[r.kw["seed"] for r in texts])
+            dt = time.perf_counter() - t0
+            for r, c in zip(texts, out):
+                r.result, r.done = c, True
+                self._account(r.purpose, c.prompt_tokens, c.completion_tokens or 0, dt / len(texts))
+
+    def rate_many(self, prompts: list[str], purpose: str) -> list[int]:
+        """1-10 ratings of many prompts in one ``choose_many`` (see :meth:`rate`)."""
+        if not prompts:
+            return []
+        if self.exhausted:
+            raise BudgetExhausted(f"sim LLM call budget spent: {self.cost.calls} calls, max_calls={self.max_calls}")
+        t0 = time.perf_counter()
+        with self._call_lock:
+            res = self.llm.choose_many(prompts, RATINGS)
+            tokens = _last_prompt_tokens(self.llm)
+        dt = time.perf_counter() - t0
+        for _ in prompts:
+            self._account(purpose, tokens // len(prompts), 0, dt / len(prompts))
+        return [c.index + 1 for c in res]
+
     def choose(self, prompt: str, options: list[str], purpose: str, cancel: threading.Event | None = None) -> int:
         """Index of the most likely option (``LLM.choose``)."""
         return int(self.choice(prompt, options, purpose, cancel).index)
@@ -90,6 +178,8 @@ class SimLLM:
     def choice(self, prompt: str, options: list[str], purpose: str, cancel: threading.Event | None = None) -> Any:
         """``LLM.choose`` result (index and every option's logprob), accounted."""
         self._before(cancel)
+        if self.batched:
+            return self._submit(_Request("choose", prompt, purpose, options=list(options)))
         t0 = time.perf_counter()
         if self.serial:
             with self._call_lock:
@@ -115,6 +205,8 @@ class SimLLM:
         # non-newline stops) and keep the first non-empty line.
         stops = [s for s in (stop or []) if s != "\n"] + ["\n\n"]
         kw = dict(max_tokens=max_tokens, stop=stops, temperature=temperature, seed=seed)
+        if self.batched:
+            return clean_line(self._submit(_Request("text", prompt, purpose, kw=kw)).text)
         if self.serial:
             with self._call_lock:
                 self._before(cancel)
@@ -124,6 +216,32 @@ class SimLLM:
         c = out[0]
         self._account(purpose, c.prompt_tokens, c.completion_tokens or 0, time.perf_counter() - t0)
         return clean_line(c.text)
+
+
+class _Request:
+    """One agent's call waiting for its round."""
+
+    __slots__ = ("kind", "prompt", "purpose", "options", "kw", "result", "error", "done")
+
+    def __init__(self, kind: str, prompt: str, purpose: str, options: list[str] | None = None,
+                 kw: dict[str, Any] | None = None) -> None:
+        self.kind, self.prompt, self.purpose = kind, prompt, purpose
+        self.options, self.kw = options, kw
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+class _Worker:
+    def __init__(self, llm: SimLLM) -> None:
+        self.llm = llm
+
+    def __enter__(self) -> "_Worker":
+        self.llm._enter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.llm._leave()
 
 
 def _last_prompt_tokens(llm: LLM) -> int:

@@ -216,8 +216,9 @@ class MuseAgent(ReflexionAgent):
         assert self.ctx is not None
         prompt = self.prompt()
         self.step_seed += self.cfg.rollouts
-        outs = self.llm.complete(prompt, n=self.cfg.rollouts, temperature=self.cfg.rollout_temperature,
-                                 max_tokens=self.cfg.rollout_max_tokens, seed=self.step_seed)
+        # the n rollouts decoded together (rollout i seeded step_seed + i, as the n samples of complete)
+        outs = self.llm.generate_many([prompt] * self.cfg.rollouts, temperature=self.cfg.rollout_temperature,
+                                      max_tokens=self.cfg.rollout_max_tokens, seed=self.step_seed)
         return self.select([o.text for o in outs], admissible, prompt)
 
     def select(self, texts: Sequence[str], admissible: Sequence[str] | None, prompt: str = "") -> Decision:
