@@ -1,24 +1,20 @@
-"""Memory store benchmarks (docs/design.md §1.4, issue 7).
+"""Memory store benchmarks (docs/design.md §1.4, issues 7 and 21).
 
-Size: ``METACOG_BENCH_MEMORY_N`` records (default 20,000) of dim 384.
-``METACOG_BENCH_MEMORY_DIR``: keep the store there and reuse it on later runs
-(building 1M takes long); default: a fresh temporary folder.
+Size: ``METACOG_BENCH_MEMORY_N`` records (default 20,000) of dim 384, clustered data
+(``metacog_fast.memory.synthetic``: 1,000 Gaussian cluster centres, cos to the centre ~0.7,
+importance uniform on 1..10, creation times uniform over 30 days, 25 agents, 3 kinds; queries are
+noisy centres; ``now`` is the end of the 30 days). The store is built once and cached by
+``bench/memory_data.py`` under ``METACOG_BENCH_MEMORY_DIR`` (default /tmp/metacog_memory_bench).
 
-Data: clustered unit vectors (1,000 Gaussian cluster centres; each record is a
-centre plus isotropic noise, cos to its centre ~0.7), importance uniform on the
-integers 1..10, creation times uniform over 30 days, 25 agents, 3 kinds. Queries
-are noisy copies of cluster centres; ``now`` is the end of the 30 days.
-
-Anchors, measured in the same run: an exact numpy scan of the full score
-(``exact_scan_numpy``, the reference the tests use) and raw ``hnswlib`` ``knn_query``
-(k=10, same index, same ef) — the ratios are in ``extra_info``.
+Anchors, measured in the same run: the store's own exact scan (``exact=True``, the compiled kernel
+over every record), an exact numpy scan of the full score (``exact_scan_numpy``, the reference the
+tests use) and raw ``hnswlib`` ``knn_query`` (k=10, same index, same ef) — the ratios are in
+``extra_info``. The store runs its default planner (``fast_path="auto"``).
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import tempfile
+import sys
 import time
 
 import numpy as np
@@ -26,77 +22,27 @@ import pytest
 
 from metacog_fast.ops.memory.naive import exact_scan_numpy
 from metacog_fast.memory import MemoryStore
+from metacog_fast.memory.synthetic import SyntheticSpec, batches, queries
+
+sys.path.insert(0, os.path.dirname(__file__))
+from memory_data import open_store  # noqa: E402
 
 N = int(os.environ.get("METACOG_BENCH_MEMORY_N", "20000"))
-D = 384
-DAYS = 30
-NOW = DAYS * 86400.0
-N_AGENTS = 25
-N_CLUSTERS = 1000
-NOISE = 1.0  # per-record noise norm relative to the centre norm (cos to centre ~ 0.7)
-BATCH = 10_000
-
-
-def _centres() -> np.ndarray:
-    c = np.random.default_rng(1234).standard_normal((N_CLUSTERS, D)).astype(np.float32)
-    return c / np.linalg.norm(c, axis=1, keepdims=True)
-
-
-def _batch(rng: np.random.Generator, centres: np.ndarray, n: int):
-    which = rng.integers(0, N_CLUSTERS, n)
-    noise = rng.standard_normal((n, D)).astype(np.float32) * (NOISE / np.sqrt(D))
-    e = centres[which] + noise
-    imp = rng.integers(1, 11, n)
-    created = rng.uniform(0, NOW, n)
-    agents = [f"agent{i % N_AGENTS}" for i in rng.integers(0, N_AGENTS, n)]
-    kinds = [("observation", "reflection", "plan")[i] for i in rng.integers(0, 3, n)]
-    return e, imp, created, agents, kinds
+SPEC = SyntheticSpec(data="clustered")
+D = SPEC.dim
+NOW = SPEC.now
 
 
 def _queries(n: int, seed: int = 7) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    c = _centres()[rng.integers(0, N_CLUSTERS, n)]
-    q = c + rng.standard_normal((n, D)).astype(np.float32) * (NOISE / np.sqrt(D))
-    return q / np.linalg.norm(q, axis=1, keepdims=True)
+    return queries(SPEC, n, seed=seed)
 
 
 @pytest.fixture(scope="module")
 def store():
-    keep = os.environ.get("METACOG_BENCH_MEMORY_DIR")
-    folder = keep or tempfile.mkdtemp(prefix="bench_memory_")
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"memory_{N}.db")
-    stats_path = path + ".build.json"
-    if keep and os.path.exists(stats_path):
-        st = MemoryStore.open(path, dim=D)
-        with open(stats_path) as f:
-            build = json.load(f)
-    else:
-        for p in (path, path + "-wal", path + "-shm", path + ".hnsw", path + ".hnsw.json"):
-            if os.path.exists(p):
-                os.remove(p)
-        st = MemoryStore.open(path, dim=D, save_every=0)
-        rng = np.random.default_rng(0)
-        centres = _centres()
-        t0 = time.perf_counter()
-        done = 0
-        while done < N:
-            n = min(BATCH, N - done)
-            st.add(*_batch(rng, centres, n))
-            done += n
-        t_add = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        st.flush()
-        build = {"n": N, "add_s": t_add, "records_per_s": N / t_add, "first_save_s": time.perf_counter() - t1}
-        tmp = stats_path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(build, f)
-        os.replace(tmp, stats_path)
+    st, build = open_store("clustered", N)
     st.build_stats = build  # type: ignore[attr-defined]
     yield st
     st.close()
-    if not keep:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _times(fn, n: int) -> np.ndarray:
@@ -118,22 +64,26 @@ def test_single_query_k10(benchmark, store):
     """One query, k=10: p50/p99 over 300 queries; vs exact numpy scan and raw hnswlib knn_query."""
     qs = _queries(300)
     t0 = time.perf_counter()
-    store.retrieve(qs[0], 10, NOW, touch=False)  # the first fast-path call builds the hot set
+    store.retrieve(qs[0], 10, NOW, touch=False)  # the first call: cost model, probe checks, hot set
     hot_build_s = time.perf_counter() - t0
     ours = _times(lambda i: store.retrieve(qs[i], 10, NOW, touch=False), len(qs))
-    cands = store.last_candidates
+    cands, plan = store.last_candidates, dict(store.last_plan)
     idx = store._index
     idx.set_ef(store.config.ef)
     raw = _times(lambda i: idx.knn_query(qs[i: i + 1], k=10, num_threads=1), len(qs))
     n_exact = 5 if N >= 200_000 else 30
     exact = _times(lambda i: _exact_anchor(store, qs[i: i + 1]), n_exact)
+    scan = _times(lambda i: store.retrieve(qs[i], 10, NOW, touch=False, exact=True), 10 if N >= 200_000 else 30)
     benchmark.extra_info.update({
         "n": N, "p50_ms": float(np.median(ours) * 1e3), "p99_ms": float(np.percentile(ours, 99) * 1e3),
+        "plan": plan, "store_exact_scan_p50_ms": float(np.median(scan) * 1e3),
+        "ratio_vs_store_exact_scan": float(np.median(ours) / np.median(scan)),
         "raw_hnswlib_p50_ms": float(np.median(raw) * 1e3), "exact_numpy_p50_ms": float(np.median(exact) * 1e3),
         "ratio_vs_raw_hnswlib": float(np.median(ours) / np.median(raw)),
         "speedup_vs_exact_numpy": float(np.median(exact) / np.median(ours)),
         "fast_path": store.config.fast_path, "candidates_per_query": cands, "hot_set_size": store._hot.size,
-        "hot_set_first_build_s": hot_build_s, "build": store.build_stats,
+        "first_call_s": hot_build_s, "planner_calibration_s": store._planner.calibration_s,
+        "build": store.build_stats,
     })
     it = iter(range(10**9))
     benchmark(lambda: store.retrieve(qs[next(it) % len(qs)], 10, NOW, touch=False))
@@ -164,9 +114,10 @@ def test_single_query_agent_filter(benchmark, store):
 
 
 def test_candidates_per_query(benchmark, store):
-    """Records sent to the exact rerank per query by each fast path: the default "hot" path (bounded:
-    HNSW k' + hot_k) and the "bound" path (every record that could still reach the top-k; recall 1.0
-    up to HNSW's own). Also their latency and recall, in the same run."""
+    """Records sent to the exact rerank per query by each path: the planner ("auto", the default),
+    the forced "hot" path (bounded: HNSW k' + hot_k) and the forced "bound" path (every record that
+    could still reach the top-k; recall 1.0 up to HNSW's own). Also their latency and recall, in the
+    same run."""
     from dataclasses import replace
 
     qs = _queries(50, seed=9)
@@ -174,7 +125,7 @@ def test_candidates_per_query(benchmark, store):
     out = {}
     default = store.config
     try:
-        for path in ("hot", "bound"):
+        for path in ("auto", "hot", "bound"):
             store.config = replace(default, fast_path=path)
             cands, got = [], []
             times = _times(lambda i: (got.append(store.retrieve(qs[i], 10, NOW, touch=False)[0]),
@@ -186,7 +137,8 @@ def test_candidates_per_query(benchmark, store):
     finally:
         store.config = default
     benchmark.extra_info.update({"n": N, **{f"{p}_{k}": v for p, d in out.items() for k, v in d.items()},
-                                 "hot_speedup_vs_bound": out["bound"]["p50_ms"] / out["hot"]["p50_ms"]})
+                                 "hot_speedup_vs_bound": out["bound"]["p50_ms"] / out["hot"]["p50_ms"],
+                                 "auto_speedup_vs_bound": out["bound"]["p50_ms"] / out["auto"]["p50_ms"]})
     benchmark.pedantic(lambda: store.retrieve(qs[0], 10, NOW, touch=False), rounds=3, iterations=1)
 
 
@@ -223,7 +175,7 @@ def test_recall_at_10(benchmark, store):
     fast_a = store.retrieve(qs[:25], 10, NOW, agent="agent3", touch=False)
     exact_a = store.retrieve(qs[:25], 10, NOW, agent="agent3", touch=False, exact=True)
     rec_a = float(np.mean([len(set(a[0].tolist()) & set(b[0].tolist())) / 10 for a, b in zip(fast_a, exact_a)]))
-    w = (0.0, 1.0, 0.0)  # relevance only: the full-beam main search, the hot set cannot help
+    w = (0.0, 1.0, 0.0)  # relevance only: the hot set cannot help
     fast_r = store.retrieve(qs, 10, NOW, weights=w, touch=False)
     exact_r = store.retrieve(qs, 10, NOW, weights=w, touch=False, exact=True)
     rec_r = float(np.mean([len(set(a[0].tolist()) & set(b[0].tolist())) / 10 for a, b in zip(fast_r, exact_r)]))
@@ -234,10 +186,10 @@ def test_recall_at_10(benchmark, store):
 
 def test_insert_batch_1000(benchmark, store):
     """Insert throughput: batches of 1,000 records (SQLite commit + HNSW add) into the N-record store."""
-    rng = np.random.default_rng(99)
-    centres = _centres()
-    batches = [_batch(rng, centres, 1000) for _ in range(3)]
-    it = iter(batches)
+    fresh = SyntheticSpec(data="clustered", seed=99)
+    bs = list(batches(fresh, 3000))
+    it = iter([(b.embeddings[i: i + 1000], b.importance[i: i + 1000], b.created[i: i + 1000],
+                b.agent[i: i + 1000], b.kind[i: i + 1000]) for b in bs for i in range(0, len(b.importance), 1000)])
     ids = []
     benchmark.pedantic(lambda: ids.append(store.add(*next(it))), rounds=3, iterations=1)
     per_s = 1000 / benchmark.stats.stats.median

@@ -102,16 +102,16 @@ def test_weight_class_and_estimates():
     assert weight_class((0.0, 1.0, 0.0)) == (0.0, 1.0, 0.0)
     p = Planner(8, 0.98, 0.98, 0.25, 3600.0)
     key = ("c",)
-    p.observe_total(key, 1.0, 1)  # first call of a key: not counted (lazily built caches)
-    assert p.total_s(key, 1) == 0.0
-    p.observe_total(key, 0.3, 1)
-    assert p.total_s(key, 2) == pytest.approx(0.6)
-    p.observe_total(key, 0.9, 1)  # a slower call moves it by a third
-    assert p.total_s(key, 1) == pytest.approx(0.5)
-    p.observe_total(key, 0.1, 1)  # a faster one replaces it
-    assert p.total_s(key, 1) == pytest.approx(0.1)
-    p.decay_total(key)
-    assert p.total_s(key, 1) == pytest.approx(0.09)
+    assert not p.scanning(key)
+    p.lost(key)  # a search lost to the scan: the next 16 calls scan, then one retry
+    assert [p.scanning(key) for _ in range(17)] == [True] * 16 + [False]
+    p.lost(key)  # lost again: twice the window
+    assert sum(p.scanning(key) for _ in range(40)) == 32
+    for _ in range(10):
+        p.lost(key)
+    assert p.backoff[key][1] == 1024
+    p.won(key)
+    assert not p.scanning(key)
     assert p._stale(1000, 1300) and not p._stale(1000, 1200)
 
 

@@ -8,8 +8,8 @@ candidate set whose recall is a property of the data). The planner decides from
 
 * a **cost model** (:class:`CostModel`): nanoseconds per (row x query) of the compiled scan over
   every row and of the rerank over scattered candidate rows, and the fixed cost of a call, measured
-  on this store (best of a few repetitions, again after it grew or shrank), plus a measured,
-  fast-biased estimate of each weight class's threshold search time;
+  on this store (best of a few repetitions, again after it grew or shrank), and a verdict per weight
+  class when a threshold search lost to the scan (scan the next calls, retry with backoff);
 * an **HNSW recall curve** (:class:`HnswCurve`, per seed size ``m``): recall@m of the main index
   against the exact cosine top-m on probe queries at widening beams; the HNSW cap is used only at a
   beam where that recall reached ``hnsw_recall_target``;
@@ -102,9 +102,8 @@ class Planner:
         self.cost = CostModel()
         self.curves: dict[int, HnswCurve] = {}
         self.checks: dict[tuple, ClassCheck] = {}
-        self.total: dict[tuple, float | None] = {}
-        """(weight class, filter, batched) -> estimated seconds per query of a threshold search
-        (measured): where the scan is predicted cheaper, the planner scans."""
+        self.backoff: dict[tuple, list[int]] = {}
+        """(weight class, filter, batched) -> [calls left, window]: scan verdicts (see :meth:`lost`)."""
         self.calibration_s = 0.0
         """Seconds spent on probe checks and curves so far (monitoring)."""
 
@@ -126,25 +125,28 @@ class Planner:
     def passes(self, chk: ClassCheck, path: str) -> bool:
         return chk.recall.get(path, 0.0) >= self.probe_recall_target
 
-    def total_s(self, key: tuple, queries: int) -> float:
-        """Estimated seconds of a threshold search for ``key`` = (class, filter, batched) (0: unknown)."""
-        return (self.total.get(key) or 0.0) * queries
+    # ---------------------------------------------------------------- scan verdicts
+    def scanning(self, key: tuple) -> bool:
+        """Whether calls for ``key`` = (class, filter, batched) go straight to the scan now: after a
+        threshold search for the key lost to the scan, the next ``window`` calls scan (counted
+        down here), then one search is retried."""
+        b = self.backoff.get(key)
+        if b is None or b[0] <= 0:
+            return False
+        b[0] -= 1
+        return True
 
-    def observe_total(self, key: tuple, seconds: float, queries: int) -> None:
-        """Running estimate biased to the fast end: a lower time replaces it, a higher one moves it
-        by a third (one busy moment must not make the planner scan for long). The first call of a
-        key is not counted (it pays for lazily built lists and caches)."""
-        if key not in self.total:
-            self.total[key] = None
-            return
-        old = self.total[key]
-        per = seconds / queries
-        self.total[key] = per if old is None or per < old else (2 * old + per) / 3
+    def lost(self, key: tuple) -> None:
+        """A threshold search for ``key`` fell back to the scan or took longer than it: scan for a
+        window of calls, twice as long as the last one (16 up to 1024 calls), so a retry costs
+        a vanishing share of the calls."""
+        b = self.backoff.get(key)
+        window = 16 if b is None else min(2 * b[1], 1024)
+        self.backoff[key] = [window, window]
 
-    def decay_total(self, key: tuple) -> None:
-        """Called when the estimate made the planner scan: it shrinks, so the search is retried."""
-        if self.total.get(key):
-            self.total[key] *= 0.9
+    def won(self, key: tuple) -> None:
+        """A threshold search for ``key`` beat the scan: the window starts again from 16."""
+        self.backoff.pop(key, None)
 
 
 def recall_at(got: list[np.ndarray], want: list[np.ndarray], k: int) -> float:

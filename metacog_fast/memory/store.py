@@ -347,14 +347,10 @@ class MemoryStore:
         with self._mutate:
             n_match, _, filt = self._filter(key, need_rows=False)
             self._ensure_costs()
-            # Scan when few records pass, or when this weight class's threshold searches took longer
-            # than the scan is predicted to (the estimate decays while it is not used, so it is retried).
+            # Scan when few records pass, or while this key's last threshold search lost to the scan.
             small = n_match <= max(k, c.exact_below)
-            slow = not small and P.total_s(mkey, nq) >= P.cost.scan_s(n_match, nq)
-            if slow:
-                P.decay_total(mkey)
-            if small or slow:
-                self.last_plan = {"path": "scan", "why": "small" if small else "threshold measured slower"}
+            if small or P.scanning(mkey):
+                self.last_plan = {"path": "scan", "why": "small" if small else "threshold lost to the scan lately"}
                 self.last_candidates = n_match
                 return self._scan(q, key, k, now, w)
             unfiltered = key == (None, None, None)
@@ -571,10 +567,9 @@ class MemoryStore:
         if allow_scan and 2 * cost_s >= scan_s:
             self.last_plan = {"path": "scan", "why": f"completion {n_est} rows predicted slower"}
             self.last_candidates = n_match
-            out = self._scan(q, key, k, now, w)
-            if mkey is not None and P.calibration_s == cal0:
-                P.observe_total(mkey, time.perf_counter() - t0, nq)
-            return out
+            if mkey is not None:
+                P.lost(mkey)
+            return self._scan(q, key, k, now, w)
         comp = thr.gather(self._lists, owner, lm)
         if key[1] is not None or key[2] is not None:
             keep = self._passes(comp.rows, key[1], key[2])
@@ -582,7 +577,10 @@ class MemoryStore:
         cand = np.concatenate([top_rows, comp.padded()], axis=1)
         out = self._rerank(q, cand, k, now, w)
         if mkey is not None and P.calibration_s == cal0:  # calls that measured curves or checks do not count
-            P.observe_total(mkey, time.perf_counter() - t0, nq)
+            if time.perf_counter() - t0 > scan_s:
+                P.lost(mkey)
+            else:
+                P.won(mkey)
         self.last_candidates = cand.shape[1]
         self.last_plan = {"path": "threshold", "cap": "1" if kind == "exact" else f"hnsw m={m}",
                           "candidates": int(cand.shape[1])}
