@@ -1,4 +1,5 @@
-"""``metacog finetune data|sft|export|eval``: pre-deployment fine-tuning of the ALFWorld actor.
+"""``metacog finetune data|sft|export|eval|compare|reflections|dpo``: pre-deployment fine-tuning
+of the ALFWorld actor (SFT) and of the reflector (DPO).
 
 Flags are generated from the configuration dataclasses (:mod:`metacog_fast.cli.dataclass_args`).
 """
@@ -50,12 +51,26 @@ def _compare(a: argparse.Namespace) -> int:
     return 0
 
 
+def _reflections(a: argparse.Namespace) -> int:
+    from metacog_fast.finetune.reflections import ReflectionDataConfig, collect
+
+    print(json.dumps(collect(a.out, dataclass_from_args(ReflectionDataConfig, a))))
+    return 0
+
+
+def _dpo(a: argparse.Namespace) -> int:
+    from metacog_fast.finetune.dpo import DPOTrainConfig, train_dpo
+
+    print(json.dumps(train_dpo(a.pairs_dir, a.out, dataclass_from_args(DPOTrainConfig, a)), default=str))
+    return 0
+
+
 def attach(subparsers: Any) -> argparse.ArgumentParser:
     from metacog_fast.cli.commands import EXTERNAL_COMMANDS
     from metacog_fast.finetune.data import DataConfig
 
     p = subparsers.add_parser("finetune", help=EXTERNAL_COMMANDS["finetune"].help)
-    sub = p.add_subparsers(dest="finetune_cmd", required=True, metavar="{data,sft,export,eval,compare}")
+    sub = p.add_subparsers(dest="finetune_cmd", required=True, metavar="{data,sft,export,eval,compare,reflections,dpo}")
     d = sub.add_parser("data", help="play expert walkthroughs (and add our agents' wins) into an SFT dataset")
     d.add_argument("--out", required=True, help="dataset folder (resumed when it exists)")
     d.add_argument("--games-dir", default=None,
@@ -85,4 +100,17 @@ def attach(subparsers: Any) -> argparse.ArgumentParser:
     c.add_argument("a", help="evaluation folder A")
     c.add_argument("b", help="evaluation folder B")
     c.set_defaults(func=_compare)
+    from metacog_fast.finetune.dpo import DPOTrainConfig
+    from metacog_fast.finetune.reflections import ReflectionDataConfig
+
+    r = sub.add_parser("reflections", help="sample reflections on failed attempts and play the next attempt "
+                                           "after each: DPO pairs and reflection quality (resumable)")
+    r.add_argument("--out", required=True, help="collection folder (resumed when it exists)")
+    add_dataclass_arguments(r, ReflectionDataConfig)
+    r.set_defaults(func=_reflections)
+    o = sub.add_parser("dpo", help="DPO of the reflector (LoRA) on collected pairs (resumable)")
+    o.add_argument("--pairs-dir", required=True, help="collection folder written by `metacog finetune reflections`")
+    o.add_argument("--out", required=True, help="training folder (checkpoints, log; resumed when it exists)")
+    add_dataclass_arguments(o, DPOTrainConfig)
+    o.set_defaults(func=_dpo)
     return p
