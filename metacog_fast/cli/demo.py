@@ -2,7 +2,7 @@
 
 Output (``--out``, default ``runs/demo/demo.json``, written atomically):
 ``{"created", "metacog_fast", "argv", "seed", "parts": {name: figures | {"error": ...} | {"skipped": why}},
-"wall_seconds"}``. A part whose environment is not usable here (``metacog info`` says why, e.g. no
+"wall_seconds"}``, and beside it ``report.html`` (:mod:`metacog_fast.cli.demo_report`). A part whose environment is not usable here (``metacog info`` says why, e.g. no
 ALFWorld games) is skipped with that reason; skipping is not a failure, so the exit code stays 0.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ import importlib
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 from metacog_fast.cli.demo_registry import DEMO_PARTS, DemoPart
@@ -146,6 +147,10 @@ def run(args: argparse.Namespace) -> int:
         "wall_seconds": time.perf_counter() - t0,
     }
     out = write_json_atomic(args.out, report)
+    from metacog_fast.cli.demo_report import write_report
+
+    page = write_report(report, Path(args.out).with_name("report.html"))
     _print_summary(results)
     print(f"wrote {out}")
+    print(f"report: {page.resolve()}")
     return 1 if failed else 0

@@ -22,7 +22,7 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
     from metacog_fast.agents.scienceworld.agent import run_episode
     from metacog_fast.agents.scienceworld.amm import AMM
     from metacog_fast.agents.scienceworld.config import config_for
-    from metacog_fast.agents.scienceworld.runner import collect_gold
+    from metacog_fast.agents.scienceworld.runner import SIMULATOR_STEP_LIMIT, collect_gold
     from metacog_fast.agents.scienceworld.swift import RankerSwift, train_ranker
     from metacog_fast.envs import make_env
     from metacog_fast.envs.scienceworld_env import resolve_task
@@ -31,14 +31,15 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
 
     if args.sw_agent_steps < 1:
         raise ValueError(f"--sw-agent-steps: expected >= 1, got {args.sw_agent_steps}")
-    cfg = config_for(args.sw_agent_config, max_steps=args.sw_agent_steps)
+    # a demo episode has the fixed length asked for, not the protocol's gold-path budget
+    cfg = config_for(args.sw_agent_config, max_steps=args.sw_agent_steps, budget_factor=0.0)
     task = int(args.sw_agent_task) if str(args.sw_agent_task).isdigit() else args.sw_agent_task
     bar = progress(total=3, desc="sw_agent")
     t0 = time.perf_counter()
     model, stats = train_ranker(collect_gold(task, 1))
     bar.update(1)
     llm = open_llm(n_threads=1)
-    env = make_env("scienceworld", task=task, split="test", step_limit=cfg.max_steps + 5)
+    env = make_env("scienceworld", task=task, split="test", step_limit=SIMULATOR_STEP_LIMIT)
     bar.update(1)
     try:
         with tempfile.TemporaryDirectory() as d:
@@ -52,7 +53,7 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
     bar.update(1)
     bar.close()
     return {"task": res.task, "variation": res.variation, "config": res.config, "score": res.score, "won": res.won,
-            "steps": res.steps, "actions": res.actions, "mechanisms": res.mechanisms, "ranker": stats,
+            "steps": res.steps, "actions": res.actions, "sources": res.sources, "notes": res.notes, "mechanisms": res.mechanisms, "ranker": stats,
             "episodes": [{"task": res.task, "success": res.won, "steps": res.steps}], "n_episodes": 1,
             "success_rate": 1.0 if res.won else 0.0, "wall_seconds": time.perf_counter() - t0}
 

@@ -27,3 +27,10 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
         json.dump(data, f, indent=2, default=_default, allow_nan=False)
         f.write("\n")
     return Path(path)
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` via a temp file in the same folder + ``os.replace``."""
+    with atomic_open(path, "w") as f:
+        f.write(text)
+    return Path(path)

@@ -232,7 +232,8 @@ def demo_part(task: str = "coffee-button-v3", steps: int = 100, checkpoint: str 
 
     be = resolved_backend(agent.w, agent.h, backend)
     res = {"task": task, "steps": len(psis), "decisions_per_second": (len(psis) - 1) / act_s if act_s else float("nan"), "success": success,
-           "mean_psi_sum": float(np.mean(psis)), "backend": be, "sr_z": sr_z}
+           "mean_psi_sum": float(np.mean(psis)), "psi_sums": psis, "backend": be, "sr_z": sr_z,
+           "weights": f"checkpoint {checkpoint}" if checkpoint else "fresh XS weights (untrained)"}
     print(f"MUSE-WM on {task}: {res['decisions_per_second']:.0f} decisions/s ({be} backend, H=10), "
           f"success={success}, mean sum(psi)={res['mean_psi_sum']:.2f}")
     return res
