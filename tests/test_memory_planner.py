@@ -140,3 +140,34 @@ def test_planner_config_validation(tmp_path):
                 dict(recheck_growth=0.0)]:
         with pytest.raises(ValueError):
             MemoryStore.open(tmp_path / "x.db", dim=8, **bad)
+
+
+def test_concurrent_readers_with_different_weightings(data_store):
+    """Threads retrieving with weightings that take different paths (HNSW beams of their own) keep
+    their recall: a beam set by one thread never applies to another's query."""
+    import threading
+
+    spec, s = data_store
+    q = queries(spec, 8, seed=13)
+    ws = [(1.0, 1.0, 1.0), (0.0, 1.0, 0.0), (0.0, 1.0, 0.5), (1.0, 0.0, 1.0)]
+    exact = {w: s.retrieve(q, 10, spec.now, weights=w, touch=False, exact=True) for w in ws}
+    for w in ws:
+        s.retrieve(q[0], 10, spec.now, weights=w, touch=False)  # checks and curves measured up front
+    got: dict = {w: [] for w in ws}
+    errors: list = []
+
+    def reader(w):
+        try:
+            for _ in range(5):
+                got[w].append(_recall([s.retrieve(x, 10, spec.now, weights=w, touch=False)[0] for x in q], exact[w]))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader, args=(w,)) for w in ws]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    for w in ws:
+        assert min(got[w]) >= 0.95, (w, got[w])

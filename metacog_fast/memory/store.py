@@ -67,6 +67,7 @@ class MemoryStore:
         self.open_report: dict[str, Any] = {}
         self._lock = RWLock()
         self._mutate = threading.Lock()  # candidate lists, last_access updates, SQLite
+        self._hnsw_lock = threading.Lock()  # hnswlib keeps one ef per index: set + query as one step
         self._db = Database(self.path, config.dim, config.synchronous)
         self._table = Table(config.dim)
         self._lists = bk.BucketLists(self._table)
@@ -440,10 +441,11 @@ class MemoryStore:
         cur = HnswCurve(m=m, live=t.live)
         ef = max(m + 1, c.ef)
         while ef <= max(c.ef_max, m + 1):
-            self._index.set_ef(ef)
-            with Timer() as tm:
+            with self._hnsw_lock, Timer() as tm:
+                self._index.set_ef(ef)
                 labels = np.concatenate([self._index.knn_query(q[i: i + 1], k=m + 1, num_threads=1)[0]
                                          for i in range(len(q))])
+                self._index.set_ef(c.ef)
             got = drop_self(t.id_to_row[labels.astype(np.int64)], None, probes, m)
             rec = recall_at(got, want, m)
             ms = tm.s * 1e3 / len(q)
@@ -454,7 +456,6 @@ class MemoryStore:
             if ms * 1e-3 >= P.cost.scan_s(t.live, 1):  # wider beams would be slower than the scan
                 break
             ef *= 2
-        self._index.set_ef(c.ef)
         P.curves[m] = cur
         P.calibration_s += time.perf_counter() - t0
         return cur
@@ -531,9 +532,7 @@ class MemoryStore:
                 trusted = curve.ef is not None and curve.ms * 1e-3 * nq < scan_s
                 if not trusted and m != rungs[0]:
                     break
-                self._index.set_ef(curve.ef if trusted else max(c.ef, m))
-                labels, dist = hx.labels_distances(self._index, q, m, None)
-                self._index.set_ef(c.ef)
+                labels, dist = self._knn(q, m, curve.ef if trusted else max(c.ef, m), None)
                 hrows = t.id_to_row[labels]
                 if trusted:
                     rel_cap = (2.0 - dist[:, -1].astype(np.float64)) / 2.0  # (cos + 1) / 2, cos = 1 - dist
@@ -596,15 +595,22 @@ class MemoryStore:
         """HNSW (narrow beam) + hot-set candidates, exact rerank (docs/memory.md, "hot")."""
         c, t = self.config, self._table
         kp = max(k, c.hot_main_k)
-        self._index.set_ef(max(c.hot_main_ef, kp))
-        try:
-            labels, _ = hx.labels_distances(self._index, q, kp, filt)
-        finally:
-            self._index.set_ef(c.ef)
+        labels, _ = self._knn(q, kp, max(c.hot_main_ef, kp), filt)
         if locked:
             return self._hot_rerank(q, labels, k, now, w, key, filt)
         with self._mutate:
             return self._hot_rerank(q, labels, k, now, w, key, filt)
+
+    def _knn(self, q: np.ndarray, k: int, ef: int, filt: Callable[[int], bool] | None):
+        """(labels [Q, k] int64, distances [Q, k]) of the main index at beam ``ef``. hnswlib keeps one
+        ef per index, so setting it and querying are one step under a lock: another thread's beam
+        must not leak into this query (the HNSW cap is only valid at the measured beam)."""
+        with self._hnsw_lock:
+            self._index.set_ef(ef)
+            try:
+                return hx.labels_distances(self._index, q, k, filt)
+            finally:
+                self._index.set_ef(self.config.ef)
 
     def _hot_rerank(self, q, labels, k, now, w, key, filt):
         hrows = self._table.id_to_row[labels]
@@ -632,14 +638,11 @@ class MemoryStore:
             if n_match <= max(limit, kp):
                 return self._scan(q, key, k, now, w)
         # Fast path. 1) HNSW candidates on relevance, under the filter.
-        self._index.set_ef(ef)
         try:
-            labels, dist = hx.labels_distances(self._index, q, kp, filt)
+            labels, dist = self._knn(q, kp, ef, filt)
         except RuntimeError:  # hnswlib found fewer than kp under a selective filter
             with self._mutate:
                 return self._scan(q, key, k, now, w)
-        finally:
-            self._index.set_ef(c.ef)
         with self._mutate:
             hrows = t.id_to_row[labels]  # [Q, kp]; -1 if forgotten meanwhile (HNSW labels are ids < len)
             if c.fast_path == "hot":
