@@ -38,10 +38,12 @@ class LlamaCppConfig:
     then do its prompt evaluations and scores equal the single-sequence ones bit for bit."""
     batched: bool = True
     """``generate_many`` / ``choose_many`` decode all sequences together (False: one after another)."""
-    batch_n_ctx: int = 16384
-    """KV cells of the batch context, shared by all its sequences (allocated on first batched call)."""
-    batch_n_seq_max: int = 64
-    """Most sequences the batch context holds at once (a call's prompts plus cached ones)."""
+    batch_n_seq_max: int = 32
+    """Sequences of the batch context (one KV stream each, cached between calls); ``generate_many``
+    takes at most this many prompts, ``choose_many`` scores more in groups of this many."""
+    batch_n_ctx_seq: int = 2048
+    """KV cells of each sequence of the batch context (prompt plus generated tokens); the batch
+    context takes batch_n_seq_max x batch_n_ctx_seq x 23 KiB (SmolLM2-135M), allocated on first use."""
     seed: int = 0
     """Seeds the generator that supplies per-call seeds when a call passes ``seed=None``."""
     verbose: bool = False
@@ -125,7 +127,7 @@ class LlamaCppLLM(LLM):
 
             cfg = self.config
             self._engine = LlamaBatchEngine(
-                self._llama, n_ctx=cfg.batch_n_ctx, n_seq_max=cfg.batch_n_seq_max, n_batch=cfg.n_batch,
+                self._llama, n_ctx_seq=cfg.batch_n_ctx_seq, n_seq_max=cfg.batch_n_seq_max, n_batch=cfg.n_batch,
                 n_threads=self.n_threads, lora_adapter=getattr(self._llama, "_lora_adapter", None),
             )
         return self._engine
@@ -222,11 +224,16 @@ class LlamaCppLLM(LLM):
             return super()._score_many(prompts, options)
         ptoks = [self._prompt_tokens(p) for p in prompts]
         otoks = [self._option_tokens(o) for o in options]
-        logprobs, prefill, cached = self.engine.score(ptoks, otoks)
-        return [
-            ScoreResult(lp, len(pt), sum(len(t) + 1 for t in ot), prefill if i == 0 else 0.0, c)
-            for i, (lp, pt, ot, c) in enumerate(zip(logprobs, ptoks, otoks, cached))
-        ]
+        group = self.engine.n_seq_max
+        out: list[ScoreResult] = []
+        for g in range(0, len(ptoks), group):
+            pt_g, ot_g = ptoks[g: g + group], otoks[g: g + group]
+            logprobs, prefill, cached = self.engine.score(pt_g, ot_g)
+            out.extend(
+                ScoreResult(lp, len(pt), sum(len(t) + 1 for t in ot), prefill if i == 0 else 0.0, c)
+                for i, (lp, pt, ot, c) in enumerate(zip(logprobs, pt_g, ot_g, cached))
+            )
+        return out
 
     def _score(self, prompt: str, options: list[str]) -> ScoreResult:
         ptoks = self._prompt_tokens(prompt)
