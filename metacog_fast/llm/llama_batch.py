@@ -125,8 +125,12 @@ def usable_prefix(cached: Sequence[int], cached_cls: np.ndarray, want: Sequence[
     # the rest of n's reference chunk is evaluated in one ubatch: it must keep that chunk's class
     chunk_start = (n // n_batch) * n_batch
     chunk_end = min(chunk_start + n_batch, len(want))
-    if want_cls[n] and chunk_end - n < GEMM_ROWS:
-        n = max(chunk_start, chunk_end - GEMM_ROWS)
+    if want_cls[n]:
+        small = np.nonzero(~want_cls[n:chunk_end])[0]  # a scored prompt's last row is small
+        if small.size:
+            chunk_end = n + int(small[0])
+        if chunk_end - n < GEMM_ROWS:
+            n = max(chunk_start, chunk_end - GEMM_ROWS)
     return n
 
 
@@ -486,32 +490,48 @@ class LlamaBatchEngine:
             u = group[i]
             # the same arithmetic and order as llama_session.score: 0.0 + first term + later terms
             result.append([0.0 + (float(last[u][o[0]]) - lse[u]) for o in opts])
-        # options beyond their first token: wave j decodes option j of every prompt in its stream
-        todo = [(i, j) for i, opts in enumerate(options) for j, o in enumerate(opts) if len(o) > 1]
-        while todo:
-            wave: dict[int, tuple[int, int]] = {}
-            rest = []
-            for i, j in todo:
-                u = group[i]
-                if u in wave:
-                    rest.append((i, j))
-                else:
-                    wave[u] = (i, j)
-            todo = rest
-            # row k of every option in the wave side by side (one row per stream and call)
-            depth = max(len(options[i][j]) - 1 for i, j in wave.values())
-            rows_of: dict[int, list[np.ndarray]] = {u: [] for u in wave}
-            for k in range(depth):
-                items = [(options[i][j][k], len(uprompts[u]) + k, ids[u]) for u, (i, j) in wave.items()
-                         if k < len(options[i][j]) - 1]
-                got = self._steps(items)
-                for (u, (i, j)), r in zip([(u, ij) for u, ij in wave.items() if k < len(options[ij[0]][ij[1]]) - 1], got):
-                    rows_of[u].append(r)
-            for u, (i, j) in wave.items():
+        # options beyond their first token: the internal nodes of each prompt's option trie are
+        # decoded once each (shared option prefixes, e.g. " 1" and " 10", once), depth first, one
+        # node of every prompt per step; a node's logits score the next token of every option
+        # through it
+        terms: list[list[list[tuple[int, float]]]] = [[[] for _ in opts] for opts in options]
+        walks: dict[int, list[tuple[int, ...]]] = {}
+        for u in range(len(uprompts)):
+            nodes = {tuple(o[:k]) for i, opts in enumerate(options) if group[i] == u
+                     for o in opts for k in range(1, len(o))}
+            if nodes:
+                walks[u] = sorted(nodes)  # lexicographic = depth first, parents before children
+        step = 0
+        while walks:
+            items, who = [], []
+            for u, nodes in walks.items():
+                q = nodes[step] if step < len(nodes) else None
+                if q is None:
+                    continue
+                base = len(uprompts[u])
+                self._lib.llama_memory_seq_rm(self._mem, ids[u], base + len(q) - 1, -1)
+                items.append((q[-1], base + len(q) - 1, ids[u]))
+                who.append((u, q))
+            if not items:
+                break
+            for (u, q), row in zip(who, self._steps(items)):
+                lse_q = None
+                d = len(q)
+                for i, opts in enumerate(options):
+                    if group[i] != u:
+                        continue
+                    for j, o in enumerate(opts):
+                        if len(o) > d and tuple(o[:d]) == q:
+                            lse_q = _logsumexp(row) if lse_q is None else lse_q
+                            terms[i][j].append((d, float(row[o[d]]) - lse_q))
+            step += 1
+        for i, opts in enumerate(options):
+            for j in range(len(opts)):
                 total = result[i][j]
-                for r, tok in zip(rows_of[u], options[i][j][1:]):
-                    total += float(r[tok]) - _logsumexp(r)
+                for _, t in sorted(terms[i][j]):
+                    total += t
                 result[i][j] = total
-                self._lib.llama_memory_seq_rm(self._mem, ids[u], len(uprompts[u]), -1)
+        for u in walks:
+            self._lib.llama_memory_seq_rm(self._mem, ids[u], len(uprompts[u]), -1)
         cached = [keep[group[i]] for i in range(len(prompts))]
         return result, prefill, cached
