@@ -71,6 +71,11 @@ def memory_rerank(queries: F32, keys: F32, last_access: F64, importance: F32, ca
                   now: float, w_rec: float, w_rel: float, w_imp: float, decay: float,
                   unit: float) -> tuple[I64, F32]:
     """-> (rows [Q, k], scores [Q, k])."""
+def memory_rerank_bounded(queries: F32, keys: F32, codes: I8, scale: F32, err: F32, last_access: F64,
+                          importance: F32, candidates: I64, k: int, now: float, w_rec: float, w_rel: float,
+                          w_imp: float, decay: float, unit: float) -> tuple[I64, F32, int]:
+    """candidates [C] shared; codes [N, D] int8 -> (rows [Q, k], scores [Q, k], rows scored exactly):
+    the result of memory_rerank."""
 
 # --- csrc/cuda/rssm_bind.cpp (METACOG_BACKEND=cuda builds only): metacog_fast/ops/rssm/cuda.py ------
 class _RssmCuda:

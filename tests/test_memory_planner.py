@@ -44,7 +44,7 @@ def test_threshold_search_is_exact_for_every_weighting(data_store):
                 n = len(s._all_rows(key))
                 got = s._threshold(q, 10, spec.now, w, key, n, weight_class(w), None, approx=False, locked=True,
                                    allow_scan=False)
-                want = s._scan(q, key, 10, spec.now, w)
+                want = s._scan(q, key, 10, spec.now, w, plain=True)
             assert s.last_plan["path"] == "threshold" and s.last_plan["cap"] == "1"
             np.testing.assert_array_equal(got[0], want[0], err_msg=f"{w} {key}")
             np.testing.assert_array_equal(got[1], want[1], err_msg=f"{w} {key}")

@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "core/arrays.h"
+#include "core/isa.h"
 #include "core/registry.h"
 #include "cpu/linear.h"
 
@@ -229,6 +231,110 @@ py::tuple memory_rerank(py::array queries, py::array keys, py::array last_access
   return py::make_tuple(rows, scores);
 }
 
+
+// ---------------------------------------------------------------------------
+// Bounded scan: the same top-k as memory_rerank over the same candidates, reading int8 codes of
+// the keys first (a quarter of the bytes). A key is stored as codes c (int8) with scale s and
+// residual norm e = |key - s*c|, so for a unit query cos = s*(q.c) + q.(key - s*c) lies within
+// s*(q.c) +- |q|*e. Pass 1 bounds every candidate's score from the codes; the k-th best lower
+// bound is a threshold no top-k score can fall below; pass 2 scores exactly (float keys, the
+// very score_one of memory_rerank) only the candidates whose upper bound reaches it. Scores,
+// order and ties are therefore those of memory_rerank.
+using DotI8 = float (*)(const float*, const std::int8_t*, std::int64_t);
+
+inline float dot_i8f32(const float* q, const std::int8_t* c, std::int64_t n) {
+  static thread_local IsaFn<DotI8> fn("dot_i8f32");
+  return fn.get()(q, c, n);
+}
+
+// Bounds may be off by float rounding of the two dot products (~1e-6 relative over 384 terms).
+constexpr double kBoundSlack = 1e-5;
+
+struct Codes {
+  const std::int8_t* codes;
+  const float* scale;
+  const float* err;
+};
+
+// Candidates [lo, hi) of one query: lower and upper score bounds into lo_out/up_out.
+void bound_range(const Inputs& in, const Codes& cd, const ScoreParams& p, const float* qv, double qnorm,
+                 const std::int64_t* cr, std::int64_t lo, std::int64_t hi, float* lo_out, float* up_out) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (std::int64_t c = lo; c < hi; ++c) {
+    const std::int64_t r = cr[c];
+    if (r < 0) {
+      lo_out[c] = up_out[c] = ninf;
+      continue;
+    }
+    const double a = p.w_rec * std::exp(p.log_decay_per_s * (p.now - in.last_access[r])) +
+                     p.w_imp * 0.1 * static_cast<double>(in.importance[r]);
+    const double approx = static_cast<double>(cd.scale[r]) * dot_i8f32(qv, cd.codes + r * in.D, in.D);
+    const double e = static_cast<double>(cd.err[r]) * qnorm + kBoundSlack;
+    lo_out[c] = static_cast<float>(a + p.w_rel * 0.5 * (approx - e + 1.0)) - 1e-6f;
+    up_out[c] = static_cast<float>(a + p.w_rel * 0.5 * (approx + e + 1.0)) + 1e-6f;
+  }
+}
+
+py::tuple memory_rerank_bounded(py::array queries, py::array keys, py::array codes, py::array scale, py::array err,
+                                py::array last_access, py::array importance, py::array candidates, std::int64_t k,
+                                double now, double w_rec, double w_rel, double w_imp, double decay, double unit) {
+  if (k < 1) throw py::value_error("k: expected k >= 1, got " + std::to_string(k));
+  const Inputs in = gather(queries, keys, last_access, importance, candidates);
+  if (!in.shared) throw py::value_error("candidates: the bounded scan takes one shared list [C]");
+  check_array<std::int8_t>(codes, "codes", {in.N, in.D});
+  check_array(scale, "scale", {in.N});
+  check_array(err, "err", {in.N});
+  if (!(w_rel >= 0.0)) throw py::value_error("w_rel: expected >= 0");
+  const ScoreParams p = params(now, w_rec, w_rel, w_imp, decay, unit);
+  const Codes cd{cptr<std::int8_t>(codes), cptr(scale), cptr(err)};
+  py::array_t<std::int64_t> rows({in.Q, k});
+  py::array_t<float> scores({in.Q, k});
+  std::int64_t* ro = rows.mutable_data();
+  float* so = scores.mutable_data();
+  std::int64_t exact_rows = 0;
+  {
+    py::gil_scoped_release nogil;
+    const std::int64_t C = in.C;
+    // Pass 1 reads D bytes per row (not 4*D): parallel when that is large.
+    const bool par = static_cast<double>(in.Q) * C * in.D > 4 * kParallelFlops;
+    std::vector<float> lo_b(static_cast<size_t>(C)), up_b(static_cast<size_t>(C));
+    for (std::int64_t q = 0; q < in.Q; ++q) {
+      const float* qv = in.q + q * in.D;
+      double qn = 0.0;
+      for (std::int64_t d = 0; d < in.D; ++d) qn += static_cast<double>(qv[d]) * qv[d];
+      qn = std::sqrt(qn);
+      float* lo_o = lo_b.data();
+      float* up_o = up_b.data();
+      if (par) {
+#pragma omp parallel
+        {
+          const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+          bound_range(in, cd, p, qv, qn, in.cand, C * t / nt, C * (t + 1) / nt, lo_o, up_o);
+        }
+      } else {
+        bound_range(in, cd, p, qv, qn, in.cand, 0, C, lo_o, up_o);
+      }
+      // tau: the k-th largest lower bound (candidates are distinct rows in a scan; with repeats
+      // it is only lower, which keeps more candidates: still exact).
+      float tau = -std::numeric_limits<float>::infinity();
+      if (C >= k) {
+        std::vector<float> tmp(lo_b);
+        std::nth_element(tmp.begin(), tmp.begin() + (k - 1), tmp.end(), std::greater<float>());
+        tau = tmp[static_cast<size_t>(k - 1)];
+      }
+      std::vector<std::int64_t> keep;
+      keep.reserve(static_cast<size_t>(std::min<std::int64_t>(C, 4 * k + 1024)));
+      for (std::int64_t c = 0; c < C; ++c)
+        if (in.cand[c] >= 0 && up_b[static_cast<size_t>(c)] >= tau) keep.push_back(in.cand[c]);
+      exact_rows += static_cast<std::int64_t>(keep.size());
+      std::vector<Item> heap;
+      topk_range(in, p, qv, keep.data(), 0, static_cast<std::int64_t>(keep.size()), k, heap);
+      finish_heap(heap, k, ro + q * k, so + q * k);
+    }
+  }
+  return py::make_tuple(rows, scores, exact_rows);
+}
+
 }  // namespace
 }  // namespace metacog
 
@@ -240,4 +346,9 @@ METACOG_BIND(memory_rerank) {
   m.def("memory_rerank", &metacog::memory_rerank, "queries"_a, "keys"_a, "last_access"_a, "importance"_a,
         "candidates"_a, "k"_a, "now"_a, "w_rec"_a, "w_rel"_a, "w_imp"_a, "decay"_a, "unit"_a,
         "Top-k candidate rows per query by the docs/design.md §1.4 score: (rows [Q, k] int64, scores [Q, k] float32).");
+  m.def("memory_rerank_bounded", &metacog::memory_rerank_bounded, "queries"_a, "keys"_a, "codes"_a, "scale"_a,
+        "err"_a, "last_access"_a, "importance"_a, "candidates"_a, "k"_a, "now"_a, "w_rec"_a, "w_rel"_a, "w_imp"_a,
+        "decay"_a, "unit"_a,
+        "memory_rerank over shared candidates [C], bounding scores from int8 codes first and scoring exactly "
+        "only those that can reach the top-k: (rows [Q, k], scores [Q, k], rows scored exactly).");
 }

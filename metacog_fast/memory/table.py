@@ -2,13 +2,32 @@
 rerank reads directly (rows, not ids: a forgotten record's row is reused).
 
 Columns (``R`` = capacity in rows): keys [R, D] float32 (L2-normalised
-embeddings), last_access [R] float64, created [R] float64, importance [R]
+embeddings), their int8 codes [R, D] with per-row scale [R] float32 and residual norm
+|key - scale * codes| [R] float32 (the bounded scan reads these first), last_access [R] float64, created [R] float64, importance [R]
 float32, bucket [R] int8 (importance bucket, -1 = free row), agent [R] int32 and kind [R] int32 (codes of the strings), row_id [R]
 int64 (-1 = free row), plus id_to_row [max id + 1] int64 (-1 = absent).
 """
 from __future__ import annotations
 
 import numpy as np
+
+
+def quantize(keys: np.ndarray, chunk: int = 65536) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """keys [N, D] float32 -> (codes [N, D] int8, scale [N] float32, err [N] float32) with
+    key ~ scale * codes and err >= |key - scale * codes| (float64 residual, rounded up)."""
+    n, d = keys.shape
+    codes = np.empty((n, d), np.int8)
+    scale = np.empty(n, np.float32)
+    err = np.empty(n, np.float32)
+    for s in range(0, n, chunk):
+        k = keys[s: s + chunk].astype(np.float64)
+        m = np.abs(k).max(axis=1)
+        sc = np.where(m > 0, m / 127.0, 1.0).astype(np.float32)
+        c = np.clip(np.rint(k / sc[:, None]), -127, 127).astype(np.int8)
+        res = k - sc.astype(np.float64)[:, None] * c
+        codes[s: s + chunk], scale[s: s + chunk] = c, sc
+        err[s: s + chunk] = np.nextafter(np.sqrt((res * res).sum(axis=1)).astype(np.float32), np.float32(np.inf))
+    return codes, scale, err
 
 
 class Codes:
@@ -37,6 +56,9 @@ class Table:
         self.dim = dim
         cap = max(capacity, 16)
         self.keys = np.zeros((cap, dim), np.float32)
+        self.codes = np.zeros((cap, dim), np.int8)
+        self.qscale = np.zeros(cap, np.float32)
+        self.qerr = np.zeros(cap, np.float32)
         self.last_access = np.zeros(cap, np.float64)
         self.created = np.zeros(cap, np.float64)
         self.importance = np.ones(cap, np.float32)
@@ -61,7 +83,8 @@ class Table:
         if need <= cap:
             return
         new = max(need, cap * 2)
-        for name in ("keys", "last_access", "created", "importance", "bucket", "agent", "kind", "row_id"):
+        for name in ("keys", "codes", "qscale", "qerr", "last_access", "created", "importance", "bucket", "agent",
+                     "kind", "row_id"):
             old = getattr(self, name)
             fill = -1 if name in ("agent", "kind", "row_id", "bucket") else (1 if name == "importance" else 0)
             arr = np.full((new,) + old.shape[1:], fill, old.dtype)
@@ -89,6 +112,7 @@ class Table:
         self._end += fresh
         self._grow_ids(int(ids.max()) if n else 0)
         self.keys[rows] = keys
+        self.codes[rows], self.qscale[rows], self.qerr[rows] = quantize(keys)
         self.created[rows] = created
         self.last_access[rows] = last_access
         self.set_importance(rows, importance)

@@ -1,7 +1,8 @@
 """Memory retrieval score and exact rerank (docs/design.md §1.4), with ``backend=``.
 
 ``memory_scores`` gives the score of every candidate; ``memory_rerank`` the top-k
-candidates per query. Backends (one dispatch table): ``"cpu"`` (:mod:`.cpu`: C++, OpenMP over queries,
+candidates per query; ``memory_rerank_bounded`` the same top-k over one shared candidate list,
+bounding scores from int8 codes of the keys first (the planner's scan). Backends (one dispatch table): ``"cpu"`` (:mod:`.cpu`: C++, OpenMP over queries,
 per-ISA dot products) and ``"torch"`` (:mod:`.naive`, the readable reference). The memory
 store (``metacog_fast.memory``) calls this with HNSW + recency/importance candidates, with
 ``check=False``: its columns are already float32/float64/int64 C-contiguous and its
@@ -143,3 +144,55 @@ def _torch(arrays: tuple[np.ndarray, ...]) -> list[Any]:
 
     return [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
 
+
+
+def memory_rerank_bounded(
+    queries: Any,
+    keys: Any,
+    codes: Any,
+    scale: Any,
+    err: Any,
+    last_access: Any,
+    importance: Any,
+    candidates: Any,
+    k: int,
+    now: float,
+    weights: Weights = (1.0, 1.0, 1.0),
+    decay: float = ref.DECAY,
+    unit: float = ref.UNIT_SECONDS,
+    backend: str = "auto",
+    *,
+    check: bool = True,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`memory_rerank` over one shared candidate list [C], reading int8 codes of the keys
+    first: (rows [Q, k], scores [Q, k], rows scored exactly). Same rows, scores and order as
+    :func:`memory_rerank` (the codes only bound scores; the top-k is scored from ``keys``).
+
+    codes [N, D] int8, scale [N] float32, err [N] float32 with |keys[r] - scale[r] * codes[r]| <= err[r]
+    (``metacog_fast.memory.table.quantize``). The ``"torch"`` backend has no bounded form: it runs
+    :func:`memory_rerank` and reports every candidate as scored exactly.
+    """
+    if check:
+        if int(k) < 1:
+            raise ValueError(f"k: expected k >= 1, got {k}")
+        q, kk, la, imp, c = _inputs(queries, keys, last_access, importance, candidates)
+        if c.ndim != 1:
+            raise ValueError(f"candidates: the bounded scan takes one shared list [C], got shape {list(c.shape)}")
+        n, d = kk.shape
+        cd = np.asarray(codes)
+        if cd.dtype != np.int8 or cd.shape != (n, d):
+            raise ValueError(f"codes: expected int8 [{n}, {d}], got {cd.dtype} {list(cd.shape)}")
+        sc = _np(scale, "scale", np.float32, (1,))
+        er = _np(err, "err", np.float32, (1,))
+        if sc.shape != (n,) or er.shape != (n,):
+            raise ValueError(f"scale, err: expected shape [{n}], got {list(sc.shape)}, {list(er.shape)}")
+        arrays = (q, kk, np.ascontiguousarray(cd), sc, er, la, imp, c)
+        weights = _weights(weights)
+    else:
+        arrays = (queries, keys, codes, scale, err, last_access, importance, candidates)
+    be = TABLE.resolve(backend)
+    if be == "torch":
+        q, kk, _, _, _, la, imp, c = arrays
+        rows, scores = memory_rerank(q, kk, la, imp, c, k, now, weights, decay, unit, backend="torch", check=False)
+        return rows, scores, int(np.count_nonzero(np.asarray(c) >= 0)) * len(q)
+    return TABLE.impl(be).memory_rerank_bounded(*arrays, int(k), float(now), weights, float(decay), float(unit))

@@ -25,3 +25,13 @@ def memory_rerank(queries: np.ndarray, keys: np.ndarray, last_access: np.ndarray
                   unit: float) -> tuple[np.ndarray, np.ndarray]:
     """(rows [Q, k] int64, scores [Q, k] float32), best first."""
     return core().memory_rerank(queries, keys, last_access, importance, candidates, k, now, *weights, decay, unit)
+
+
+def memory_rerank_bounded(queries: np.ndarray, keys: np.ndarray, codes: np.ndarray, scale: np.ndarray,
+                          err: np.ndarray, last_access: np.ndarray, importance: np.ndarray, candidates: np.ndarray,
+                          k: int, now: float, weights: tuple[float, float, float], decay: float,
+                          unit: float) -> tuple[np.ndarray, np.ndarray, int]:
+    """(rows [Q, k], scores [Q, k], rows scored exactly): memory_rerank over shared candidates [C],
+    int8 codes [N, D] with scale [N] / residual norm err [N] read first (csrc/cpu/memory_rerank.cpp)."""
+    return core().memory_rerank_bounded(queries, keys, codes, scale, err, last_access, importance, candidates, k,
+                                        now, *weights, decay, unit)
