@@ -31,7 +31,7 @@ def llm():
 @pytest.fixture(scope="module")
 def ref_llama():
     """A separate raw llama.cpp model with logits for every position: the reference."""
-    ll = llama_cpp.Llama(default_gguf(), n_ctx=512, n_threads=1, logits_all=True, verbose=False)
+    ll = llama_cpp.Llama(default_gguf(), n_ctx=512, n_threads=1, logits_all=True, flash_attn=True, verbose=False)
     yield ll
     ll.close()
 

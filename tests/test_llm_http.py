@@ -40,7 +40,8 @@ def server_url():
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", default_gguf(), "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "1024", "--n_threads", "1", "--logits_all", "False", "--verbose", "False"],
+         "--port", str(port), "--n_ctx", "1024", "--n_threads", "1", "--logits_all", "False", "--verbose", "False",
+         "--flash_attn", "True"],  # as the embedded backend (LlamaCppConfig.flash_attn)
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -250,7 +251,7 @@ def test_read_timeout_is_bounded():
 @pytest.fixture(scope="module")
 def echo_server():
     """A real OpenAI-semantics echo-logprob server (what vLLM's does), computed with llama.cpp."""
-    ll = llama_cpp.Llama(default_gguf(), n_ctx=512, n_threads=1, logits_all=True, verbose=False)
+    ll = llama_cpp.Llama(default_gguf(), n_ctx=512, n_threads=1, logits_all=True, flash_attn=True, verbose=False)
 
     class Echo(_Handler):
         def do_GET(self):
@@ -328,5 +329,43 @@ def test_native_n_from_one_response_and_token_totals():
         assert seen[0]["n"] == 3 and seen[0]["seed"] == 9 and seen[0]["stop"] == ["\n"] and seen[0]["top_k"] == 5
         assert all(c.completion_tokens is None and c.finish_reason == "length" for c in out)
         assert llm.history[-1].completion_tokens == 21 and llm.usage.completion_tokens == 21
+    finally:
+        srv.shutdown()
+
+
+def test_http_generate_many_equals_one_request_per_prompt(remote):
+    prompts = ["The capital of France is", "My favourite animal is", "Count: 1, 2, 3,"]
+    many = remote.generate_many(prompts, max_tokens=8, temperature=[0.0, 0.9, 0.0], seed=[0, 5, 0])
+    one = [remote.complete(p, max_tokens=8, temperature=t, seed=s)[0].text
+           for p, t, s in zip(prompts, [0.0, 0.9, 0.0], [0, 5, 0])]
+    assert [c.text for c in many] == one
+
+
+def test_http_many_keeps_at_most_max_concurrency_requests_in_flight():
+    state = {"now": 0, "peak": 0, "prompts": []}
+    lock = threading.Lock()
+
+    class Slow(_Handler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with lock:
+                state["now"] += 1
+                state["peak"] = max(state["peak"], state["now"])
+                state["prompts"].append(body["prompt"])
+            time.sleep(0.15)
+            with lock:
+                state["now"] -= 1
+            self._send(200, _completion_json(" " + body["prompt"].upper()))
+
+    srv, url = _serve(Slow)
+    try:
+        llm = open_llm(url, model="m", max_concurrency=3)
+        prompts = [f"p{i}" for i in range(10)]
+        out = llm.generate_many(prompts, max_tokens=2)
+        assert [c.text for c in out] == [" " + p.upper() for p in prompts]  # in order
+        assert sorted(state["prompts"]) == sorted(prompts)
+        assert 2 <= state["peak"] <= 3
+        with pytest.raises(ValueError, match="max_concurrency: expected an int >= 1"):
+            open_llm(url, model="m", max_concurrency=0)
     finally:
         srv.shutdown()

@@ -199,9 +199,9 @@ class HttpLLM(LLM):
     def _generate_chat(self, messages: list[Message], params: SamplingParams) -> list[Completion]:
         return self._sample("/chat/completions", {"messages": messages}, params, chat=True)
 
-    def _concurrently(self, fn: Any, args: list[Any]) -> list[Any]:
+    def _concurrently(self, fn: Any, args: list[Any], need_owner: bool = False) -> list[Any]:
         """``fn`` over ``args`` with at most ``max_concurrency`` requests in flight; results in order."""
-        if self._model is None or (self._owner is None and self.config.constrained == "auto"):
+        if self._model is None or (need_owner and self._owner is None and self.config.constrained == "auto"):
             self._discover()  # once, before the threads start
         workers = min(self.config.max_concurrency, len(args))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm-http") as pool:
@@ -211,7 +211,7 @@ class HttpLLM(LLM):
         return self._concurrently(lambda a: self._generate(a[0], a[1])[0], list(zip(prompts, params)))
 
     def _score_many(self, prompts: list[str], options: list[list[str]]) -> list[ScoreResult]:
-        return self._concurrently(lambda a: self._score(a[0], a[1]), list(zip(prompts, options)))
+        return self._concurrently(lambda a: self._score(a[0], a[1]), list(zip(prompts, options)), need_owner=True)
 
     def _score(self, prompt: str, options: list[str]) -> ScoreResult:
         """Prompt logprobs of ``prompt + option`` (``echo`` with OpenAI semantics, e.g. vLLM's server):
