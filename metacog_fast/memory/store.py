@@ -384,7 +384,7 @@ class MemoryStore:
         codes first and scores exactly only what can reach the top-k (same result); ``plain=True``
         (``exact=True``, the reference) scores every record from the float keys."""
         rows = self._all_rows(key)
-        if plain or w[1] == 0.0 or len(rows) < 4096 or self._backend != "cpu":
+        if plain or len(rows) < 4096 or self._backend != "cpu":
             return self._rerank(q, rows, k, now, w)
         t, c = self._table, self.config
         out = memory_ops.memory_rerank_bounded(q, t.keys, t.codes, t.qscale, t.qerr, t.last_access, t.importance,
@@ -558,7 +558,8 @@ class MemoryStore:
             exact_opt = opts[0]
             pick = min(opts, key=lambda o: o[3])
             # Prefer the completion that is exact by construction unless it costs clearly more.
-            if pick[0] == "hnsw" and exact_opt[3] <= 2 * pick[3] + (time.perf_counter() - t0):
+            spent = time.perf_counter() - t0 - (P.calibration_s - cal0)  # this call's search so far
+            if pick[0] == "hnsw" and exact_opt[3] <= 2 * pick[3] + spent:
                 pick = exact_opt
             if pick[0] == "hnsw" and approx is None and not self._hnsw_allowed(cls, k, now, w):
                 pick = exact_opt
@@ -577,7 +578,7 @@ class MemoryStore:
         if allow_scan and 2 * cost_s >= scan_s:
             self.last_plan = {"path": "scan", "why": f"completion {n_est} rows predicted slower"}
             self.last_candidates = n_match
-            if mkey is not None:
+            if mkey is not None and P.calibration_s == cal0:
                 P.lost(mkey)
             return self._scan(q, key, k, now, w)
         comp = thr.gather(self._lists, owner, lm)
