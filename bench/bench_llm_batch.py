@@ -15,7 +15,7 @@
    for B = 1..32, with this CPU's limits measured in the same run: the weight-bandwidth
    bound (measured read bandwidth / bytes of weights read per decode step, x B) and the
    arithmetic bound (llama.cpp's prompt-evaluation rate in a 512-token ubatch, i.e. the
-   same kernels fed with all the rows they can take). Plot: bench/results/llm_batch_decode.png.
+   same kernels fed with all the rows they can take). Plot: bench/results/llm_batch_decode_t<threads>.png.
 4. KV-cache memory per sequence (recorded in test 3's extra_info).
 
 X
@@ -218,7 +218,7 @@ def _plot(rates, bw_bound, prefill_tps, bw, wbytes) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     os.makedirs(RESULTS, exist_ok=True)
-    fig.savefig(os.path.join(RESULTS, "llm_batch_decode.png"), dpi=120)
+    fig.savefig(os.path.join(RESULTS, f"llm_batch_decode_t{THREADS}.png"), dpi=120)
     plt.close(fig)
 
 

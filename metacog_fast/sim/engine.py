@@ -376,6 +376,8 @@ class Simulation:
         heads = {a.name: a.head(premise) for a in alive}
         cancel = threading.Event()
         futures: dict[cf.Future, GenerativeAgent] = {}
+        if self.llm.batched:
+            self.llm.expect(len(alive))  # every agent's calls join the same rounds
         for a in alive:
             stm = [it.item for it in self.memory.short_term.items(a.name, self.now())]
             ctx = StepContext(
@@ -389,7 +391,8 @@ class Simulation:
         done, not_done = cf.wait(futures, timeout=None if self.cfg.step_budget is None else self._remaining())
         cancel.set()
         for f in not_done:
-            f.cancel()
+            if f.cancel() and self.llm.batched:
+                self.llm.leave()  # never started: it will make no calls
         self.late += len(not_done)
         out: dict[str, Decision] = {}
         for f in done:
@@ -406,8 +409,10 @@ class Simulation:
         assert self.llm is not None
         if not self.llm.batched:
             return a.think(ctx, self.llm, self.memory, cancel)
-        with self.llm.worker():  # the agent's calls join the round of all agents' calls
+        try:
             return a.think(ctx, self.llm, self.memory, cancel)
+        finally:
+            self.llm.leave()
 
     # ------------------------------------------------------------------ acting
     def act(self, decisions: dict[str, Decision]) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ budget, and robust helpers for ratings, choices and short texts.
 
 ``batched=True``: the agents' worker threads do not call the model one after
 another; each call waits in a round, and when every registered worker is waiting
-(:meth:`SimLLM.worker`), the round goes to the backend as one ``choose_many`` and
+(:meth:`SimLLM.expect`), the round goes to the backend as one ``choose_many`` and
 one ``generate_many`` (all agents' decisions in one call). :meth:`SimLLM.rate_many`
 rates many memories in one ``choose_many``."""
 from __future__ import annotations
@@ -97,16 +97,14 @@ class SimLLM:
             c.by_purpose[purpose] = c.by_purpose.get(purpose, 0) + 1
 
     # ---------------------------------------------------------------- batched rounds
-    def worker(self) -> "_Worker":
-        """Context manager around one agent's thinking job: while inside, a round waits for this
-        thread's next call before it goes to the backend."""
-        return _Worker(self)
-
-    def _enter(self) -> None:
+    def expect(self, n: int) -> None:
+        """``n`` more worker threads will make calls; register them BEFORE starting them, so that
+        no round leaves before all of them have had their say. Each calls :meth:`leave` when done."""
         with self._round:
-            self._workers += 1
+            self._workers += n
 
-    def _leave(self) -> None:
+    def leave(self) -> None:
+        """A worker registered with :meth:`expect` makes no more calls (a waiting round may go)."""
         with self._round:
             self._workers -= 1
             self._maybe_dispatch()
@@ -230,18 +228,6 @@ class _Request:
         self.result: Any = None
         self.error: BaseException | None = None
         self.done = False
-
-
-class _Worker:
-    def __init__(self, llm: SimLLM) -> None:
-        self.llm = llm
-
-    def __enter__(self) -> "_Worker":
-        self.llm._enter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.llm._leave()
 
 
 def _last_prompt_tokens(llm: LLM) -> int:
