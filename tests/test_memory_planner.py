@@ -103,6 +103,8 @@ def test_weight_class_and_estimates():
     p = Planner(8, 0.98, 0.98, 0.25, 3600.0)
     key = ("c",)
     assert not p.scanning(key)
+    p.lost(key)  # the first search of a key gives no verdict (it pays for lazily built lists)
+    assert not p.scanning(key)
     p.lost(key)  # a search lost to the scan: the next 16 calls scan, then one retry
     assert [p.scanning(key) for _ in range(17)] == [True] * 16 + [False]
     p.lost(key)  # lost again: twice the window

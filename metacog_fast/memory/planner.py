@@ -104,6 +104,8 @@ class Planner:
         self.checks: dict[tuple, ClassCheck] = {}
         self.backoff: dict[tuple, list[int]] = {}
         """(weight class, filter, batched) -> [calls left, window]: scan verdicts (see :meth:`lost`)."""
+        self.seen: set[tuple] = set()
+        """Keys whose first threshold search is behind them (that one gives no verdict)."""
         self.calibration_s = 0.0
         """Seconds spent on probe checks and curves so far (monitoring)."""
 
@@ -139,13 +141,18 @@ class Planner:
     def lost(self, key: tuple) -> None:
         """A threshold search for ``key`` fell back to the scan or took longer than it: scan for a
         window of calls, twice as long as the last one (16 up to 1024 calls), so a retry costs
-        a vanishing share of the calls."""
+        a vanishing share of the calls. The first search of a key gives no verdict: it pays for
+        lazily built lists and caches (the per-agent level lists, filter masks)."""
+        if key not in self.seen:
+            self.seen.add(key)
+            return
         b = self.backoff.get(key)
         window = 16 if b is None else min(2 * b[1], 1024)
         self.backoff[key] = [window, window]
 
     def won(self, key: tuple) -> None:
         """A threshold search for ``key`` beat the scan: the window starts again from 16."""
+        self.seen.add(key)
         self.backoff.pop(key, None)
 
 
