@@ -38,12 +38,14 @@ class LlamaCppConfig:
     then do its prompt evaluations and scores equal the single-sequence ones bit for bit."""
     batched: bool = True
     """``generate_many`` / ``choose_many`` decode all sequences together (False: one after another)."""
-    batch_n_seq_max: int = 32
+    batch_n_seq_max: int = 8
     """Sequences of the batch context (one KV stream each, cached between calls); ``generate_many``
     takes at most this many prompts, ``choose_many`` scores more in groups of this many."""
-    batch_n_ctx_seq: int = 2048
-    """KV cells of each sequence of the batch context (prompt plus generated tokens); the batch
-    context takes batch_n_seq_max x batch_n_ctx_seq x 23 KiB (SmolLM2-135M), allocated on first use."""
+    batch_n_ctx_seq: int | None = None
+    """KV cells of each sequence of the batch context (prompt plus generated tokens); ``None`` = ``n_ctx``
+    rounded up to a multiple of 256, so every prompt the single path takes fits. The batch context
+    takes batch_n_seq_max x batch_n_ctx_seq x 23 KiB (SmolLM2-135M: 8 x 4096 -> 755 MB), allocated on
+    the first batched call."""
     seed: int = 0
     """Seeds the generator that supplies per-call seeds when a call passes ``seed=None``."""
     verbose: bool = False
@@ -127,7 +129,7 @@ class LlamaCppLLM(LLM):
 
             cfg = self.config
             self._engine = LlamaBatchEngine(
-                self._llama, n_ctx_seq=cfg.batch_n_ctx_seq, n_seq_max=cfg.batch_n_seq_max, n_batch=cfg.n_batch,
+                self._llama, n_ctx_seq=cfg.batch_n_ctx_seq or -(-cfg.n_ctx // 256) * 256, n_seq_max=cfg.batch_n_seq_max, n_batch=cfg.n_batch,
                 n_threads=self.n_threads, lora_adapter=getattr(self._llama, "_lora_adapter", None),
             )
         return self._engine
@@ -192,6 +194,10 @@ class LlamaCppLLM(LLM):
 
     def _generate_chat(self, messages: list[Message], params: SamplingParams) -> list[Completion]:
         return self._run(self._chat_tokens(messages), params)
+
+    @property
+    def max_sequences(self) -> int | None:
+        return self.config.batch_n_seq_max if self.config.batched else None
 
     def _generate_many(self, prompts: list[str], params: list[SamplingParams]) -> list[Completion]:
         if not self.config.batched:

@@ -212,6 +212,11 @@ class LLM(ABC):
         ))
         return out
 
+    @property
+    def max_sequences(self) -> int | None:
+        """Most prompts one :meth:`generate_many` call takes (``None`` = no limit)."""
+        return None
+
     def close(self) -> None:
         """Release the model or connection (idempotent); later calls raise RuntimeError."""
         self._closed = True

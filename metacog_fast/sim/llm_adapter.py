@@ -144,15 +144,17 @@ class SimLLM:
             for r, c in zip(chooses, res):
                 r.result, r.done = c, True
                 self._account(r.purpose, tokens // len(chooses), 0, dt / len(chooses))
-        if texts:
+        size = getattr(self.llm, "max_sequences", None) or max(1, len(texts))
+        for off in range(0, len(texts), size):  # the backend's limit of sequences per call
+            part = texts[off: off + size]
             t0 = time.perf_counter()
-            out = self.llm.generate_many([r.prompt for r in texts], temperature=[r.kw["temperature"] for r in texts],
-                                         max_tokens=[r.kw["max_tokens"] for r in texts],
-                                         stop=[r.kw["stop"] for r in texts], seed=[r.kw["seed"] for r in texts])
+            out = self.llm.generate_many([r.prompt for r in part], temperature=[r.kw["temperature"] for r in part],
+                                         max_tokens=[r.kw["max_tokens"] for r in part],
+                                         stop=[r.kw["stop"] for r in part], seed=[r.kw["seed"] for r in part])
             dt = time.perf_counter() - t0
-            for r, c in zip(texts, out):
+            for r, c in zip(part, out):
                 r.result, r.done = c, True
-                self._account(r.purpose, c.prompt_tokens, c.completion_tokens or 0, dt / len(texts))
+                self._account(r.purpose, c.prompt_tokens, c.completion_tokens or 0, dt / len(part))
 
     def rate_many(self, prompts: list[str], purpose: str) -> list[int]:
         """1-10 ratings of many prompts in one ``choose_many`` (see :meth:`rate`)."""

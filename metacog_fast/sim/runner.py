@@ -58,8 +58,12 @@ def open_resources(llm_uri: str | None = None, n_threads: int | None = None) -> 
     from metacog_fast.llm import open_llm
     from metacog_fast.scoring.encoder import MiniLMEncoder
 
-    opts = {"n_threads": n_threads} if n_threads and (llm_uri is None or llm_uri.startswith("llama-cpp")) else {}
-    return SimLLM(open_llm(llm_uri, **opts)), MiniLMEncoder()
+    embedded = llm_uri is None or llm_uri.startswith("llama-cpp")
+    opts: dict[str, Any] = {"n_threads": n_threads} if n_threads and embedded else {}
+    if embedded:  # a stream for each agent of a 25-agent town; town prompts are a few hundred tokens
+        opts.update(batch_n_seq_max=32, batch_n_ctx_seq=1024)
+    # batched: each round of the agents' calls goes to the backend as one choose_many / generate_many
+    return SimLLM(open_llm(llm_uri, **opts), batched=True), MiniLMEncoder()
 
 
 def run_once(opts: RunOptions, features: Features, out_dir: str, llm: SimLLM, encoder: TextEncoder,
