@@ -102,7 +102,8 @@ def test_judge_saves_prompts_and_scores(tmp_path, llm, encoder):
     assert set(CRITERIA) <= set(res)
     for c in CRITERIA:
         assert 1 <= res[c]["score"] <= 10 and CRITERIA[c] in res[c]["prompt"] and len(res[c]["logprobs"]) == 10
-        assert res[c]["score"] - 1 == max(range(10), key=lambda i: (res[c]["logprobs"][i], -i))
+        # the score is the expected rating over the ten answers, rounded (not the argmax)
+        assert res[c]["score"] == min(10, max(1, round(res[c]["expected"])))
     assert res["mean"] == sum(res[c]["score"] for c in CRITERIA) / 5
 
 
@@ -112,3 +113,28 @@ def test_culprit_metric():
            {"agent": "Victor", "answer_type": "agents", "answer": "Gus"},
            {"agent": "Gus", "answer_type": "text", "answer": "Victor"}]
     assert culprit_named(ans, "Victor") == {"asked": 2, "named_culprit": ["Iris"], "rate": 0.5}
+
+
+def test_ratings_are_complete_answers_and_use_the_whole_distribution():
+    """" 10" is " 1" then "0": the answers end with a newline so 10 can win, and the rating is the
+    expected value over the ten answers, so the embedded model's ratings order memories sensibly."""
+    from metacog_fast.agents.generative import prompts as P
+    from metacog_fast.llm import open_llm
+    from metacog_fast.sim.llm_adapter import RATINGS, rating_from
+
+    assert RATINGS[0] == " 1\n" and RATINGS[-1] == " 10\n" and not any(a.startswith(b) for a in RATINGS for b in RATINGS if a != b)
+    assert rating_from([0.0] * 9 + [50.0]) == 10 and rating_from([50.0] + [0.0] * 9) == 1
+    assert rating_from([0.0] * 10) == 6  # uniform: 5.5 rounds to 6 (round half to even)
+    with pytest.raises(ValueError, match="logprobs"):
+        rating_from([0.0] * 9)
+    llm = open_llm(n_threads=1, n_ctx=1024)
+    try:
+        mundane = [llm.choose(P.importance("Alice", m), RATINGS).logprobs
+                   for m in ("Alice brushed her teeth.", "Alice sat on a chair.")]
+        grave = [llm.choose(P.importance("Alice", m), RATINGS).logprobs
+                 for m in ("A zombie bit Alice's arm; she is bleeding.", "Alice's house burned down and her family is missing.")]
+    finally:
+        llm.close()
+    from metacog_fast.sim.evaluation import expected_rating
+
+    assert max(expected_rating(x) for x in mundane) < min(expected_rating(x) for x in grave)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from metacog_fast.agents.generative import prompts as P
 from metacog_fast.llm import BudgetExhausted
-from metacog_fast.sim.llm_adapter import RATINGS
+from metacog_fast.sim.llm_adapter import RATINGS, rating_from
 
 if TYPE_CHECKING:
     from metacog_fast.llm.protocol import LLM
@@ -102,7 +102,7 @@ def judge(llm: LLM, run: dict[str, Any], answers: list[dict[str, Any]]) -> dict[
                   f"Criterion: {question}\nScore from 1 (very poor) to 10 (excellent):")
         try:
             res = llm.choice(prompt, RATINGS, "judge")
-            out[key] = {"score": res.index + 1, "expected": expected_rating(res.logprobs), "prompt": prompt,
+            out[key] = {"score": rating_from(res.logprobs), "expected": expected_rating(res.logprobs), "prompt": prompt,
                         "logprobs": [round(x, 4) for x in res.logprobs]}
         except BudgetExhausted:
             out[key] = {"score": None, "prompt": prompt, "logprobs": None}
@@ -112,7 +112,7 @@ def judge(llm: LLM, run: dict[str, Any], answers: list[dict[str, Any]]) -> dict[
 
 
 def expected_rating(logprobs: list[float]) -> float:
-    """Mean rating under the judge's distribution over " 1".." 10" (softmax of the ten logprobs):
+    """Mean rating under the judge's distribution over the ten answers (softmax of their logprobs):
     a graded score where the argmax of a small model is stuck on one number."""
     m = max(logprobs)
     w = [math.exp(x - m) for x in logprobs]

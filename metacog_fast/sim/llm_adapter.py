@@ -9,6 +9,7 @@ one ``generate_many`` (all agents' decisions in one call). :meth:`SimLLM.rate_ma
 rates many memories in one ``choose_many``."""
 from __future__ import annotations
 
+import math
 import re
 import threading
 import time
@@ -20,7 +21,21 @@ from metacog_fast.llm import BudgetExhausted
 if TYPE_CHECKING:
     from metacog_fast.llm.protocol import LLM
 
-RATINGS = [f" {i}" for i in range(1, 11)]
+RATINGS = [f" {i}\n" for i in range(1, 11)]
+"""The ten answers to a 1-10 rating prompt, each ended by a newline: " 10" is " 1" followed by
+"0", so without the terminator its likelihood can never exceed that of " 1" and every rating
+came out 1 (docs/sim.md)."""
+
+
+def rating_from(logprobs: list[float]) -> int:
+    """The rating (1-10): the expected value under the softmax of the ten answers' logprobs,
+    rounded. A 135M model's argmax sits on one number for most prompts; the expected value keeps
+    its ordering (a zombie bite rates above brushing teeth)."""
+    if len(logprobs) != len(RATINGS):
+        raise ValueError(f"logprobs: expected {len(RATINGS)} values (one per rating), got {len(logprobs)}")
+    m = max(logprobs)
+    w = [math.exp(x - m) for x in logprobs]
+    return min(10, max(1, int(round(sum((i + 1) * wi for i, wi in enumerate(w)) / sum(w)))))
 
 
 class StepCancelled(RuntimeError):
@@ -169,7 +184,7 @@ class SimLLM:
         dt = time.perf_counter() - t0
         for _ in prompts:
             self._account(purpose, tokens // len(prompts), 0, dt / len(prompts))
-        return [c.index + 1 for c in res]
+        return [rating_from(c.logprobs) for c in res]
 
     def choose(self, prompt: str, options: list[str], purpose: str, cancel: threading.Event | None = None) -> int:
         """Index of the most likely option (``LLM.choose``)."""
@@ -193,8 +208,8 @@ class SimLLM:
         return res
 
     def rate(self, prompt: str, purpose: str, cancel: threading.Event | None = None) -> int:
-        """A 1-10 rating: the most likely of the ten number continuations of ``prompt``."""
-        return self.choose(prompt, RATINGS, purpose, cancel) + 1
+        """A 1-10 rating of ``prompt`` from the ten answers' likelihoods (:func:`rating_from`)."""
+        return rating_from(self.choice(prompt, RATINGS, purpose, cancel).logprobs)
 
     def text(self, prompt: str, purpose: str, max_tokens: int = 32, stop: list[str] | None = None,
              cancel: threading.Event | None = None, temperature: float = 0.0, seed: int | None = None) -> str:
