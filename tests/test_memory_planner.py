@@ -173,3 +173,31 @@ def test_concurrent_readers_with_different_weightings(data_store):
     assert not errors
     for w in ws:
         assert min(got[w]) >= 0.95, (w, got[w])
+
+
+def test_filtered_scan_is_costed_at_the_scattered_row_rate(data_store):
+    """An agent filter's rows are scattered over the table, so the scan they are weighed against runs
+    at the scattered-row rate. Costed at the whole-store (contiguous) rate, it looked ~7x cheaper than
+    it is at 1M records, so every threshold search "lost" and agent queries fell back to the scan
+    (0.25 ms -> 5 ms). With a cost model where contiguous rows are free and scattered rows are dear,
+    the agent-filtered search must keep its threshold path."""
+    from metacog_fast.memory.planner import CostModel
+
+    spec, s = data_store
+    t = s._table
+    q = queries(spec, 1, seed=11)
+    key = (t.agents.find("agent2"), None, None)
+    w = (1.0, 1.0, 1.0)
+    with s._mutate:
+        s._ensure_costs()
+        saved = s._planner.cost
+        s._planner.cost = CostModel(scan_ns=1e-6, cand_ns=1e6, call_s=0.0, measured=True, live=saved.live)
+        try:
+            n = len(s._all_rows(key))
+            got = s._threshold(q, 10, spec.now, w, key, n, weight_class(w), None, approx=None, locked=True)
+            plan = dict(s.last_plan)
+        finally:
+            s._planner.cost = saved
+        want = s._scan(q, key, 10, spec.now, w, plain=True)
+    assert plan["path"] == "threshold", plan
+    np.testing.assert_array_equal(got[0], want[0])
