@@ -1,9 +1,20 @@
 """Metrics shared by the agents: Type-2 (metacognitive) AUROC and ROC, metacognitive
 accuracy, quantile labels, success rate, tasks solved, steps to success, intervals and paired
-tests, plots."""
+tests, AUROC2 with a cluster-bootstrap interval and within task type, plots (docs/statistics.md)."""
 from __future__ import annotations
 
-from metacog_fast.metrics.intervals import mcnemar_exact, paired_bootstrap, rate_with_interval, wilson_interval
+from metacog_fast.metrics.clustered import MIN_EPISODES, Auroc2ByType, Auroc2Result, auroc2_clustered, auroc2_within_types
+from metacog_fast.metrics.intervals import (
+    PairedDifference,
+    RateInterval,
+    compare_paired,
+    format_p,
+    mcnemar_exact,
+    paired_bootstrap,
+    rate_with_interval,
+    success_interval,
+    wilson_interval,
+)
 from metacog_fast.metrics.outcomes import (
     mean_steps_charged,
     mean_steps_to_success,
@@ -11,10 +22,21 @@ from metacog_fast.metrics.outcomes import (
     success_rate,
     tasks_solved,
 )
-from metacog_fast.metrics.plots import plot_task_bars, plot_type2_roc, plot_type2_roc_curves
+from metacog_fast.metrics.plots import plot_rates_with_intervals, plot_task_bars, plot_type2_roc, plot_type2_roc_curves
 from metacog_fast.metrics.type2 import auroc2, average_ranks, metacognitive_accuracy, type2_roc
 
 __all__ = [
+    "MIN_EPISODES",
+    "Auroc2ByType",
+    "Auroc2Result",
+    "PairedDifference",
+    "RateInterval",
+    "auroc2_clustered",
+    "auroc2_within_types",
+    "compare_paired",
+    "format_p",
+    "plot_rates_with_intervals",
+    "success_interval",
     "auroc2",
     "mcnemar_exact",
     "paired_bootstrap",
