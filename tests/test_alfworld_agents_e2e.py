@@ -16,7 +16,7 @@ import pytest
 
 from metacog_fast.agents.alfworld.config import AgentConfig, RunConfig
 from metacog_fast.agents.alfworld.protocol import (DEFAULT_FEWSHOT, expert_examples, load_records, record_path,
-                                                   run_group, run_protocol, select_games)
+                                                   run_protocol, select_games)
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(examples=1, max_steps=2, action_max_tokens=12, max_thinks=1, reflection_max_tokens=12, plan_max_tokens=12,
@@ -86,7 +86,7 @@ def test_muse_rollouts_scored_and_adapted(tmp_path, scorer_dir):
     cfg = RunConfig(agent="muse", tasks=1, adapt_episodes=1, test_episodes=1, scorer=str(scorer_dir),
                     agent_config=AgentConfig(**TINY))
     games = select_games("valid_train", 1)
-    run_group(str(tmp_path), cfg.validate().to_dict(), games, str(DEFAULT_FEWSHOT), log=lambda s: None)
+    assert run_protocol(tmp_path, cfg)["episodes_played"] == 2
     adapt, test = load_records(tmp_path, games[0]["game"], [("adapt", 0), ("test", 0)])
     for rec in (adapt, test):
         assert rec["plan"].startswith("1.")

@@ -4,25 +4,26 @@ Layout of a run folder::
 
     config.json                          RunConfig (a resumed run must match it)
     episodes/<game>/<phase>_<k>.json     one record per finished episode (atomic write)
-    memory/<task_type>.db                reflections (MemoryStore) of that worker's games
     scorers/<game>/                      MUSE agents: g_eta after the game's adaptation episodes
 
-Episodes are persisted as they end; a restarted run skips finished ones, rebuilds reflections
-and lesson pools from the records, reloads or refits the adapted scorer, and goes on.
-Work is split by task type (a type's games, hence its lesson pool, stay in one process) over
-``workers`` processes (spawn).
+The run goes through the one harness (``metacog_fast.runs``, docs/runs.md): one task per task
+type (a type's games share the lesson pool and the reflection memory, which lives in the task's
+scratch folder and is rebuilt from the records). Episodes are persisted as they end; a restarted
+run skips finished ones, rebuilds reflections and lesson pools from the records, reloads or
+refits the adapted scorer, and goes on. Tasks run in this process, in local worker processes or
+on Ray (``ExecutorConfig``).
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from metacog_fast.agents.alfworld.config import AgentConfig, RunConfig
 from metacog_fast.agents.alfworld.fewshot import TASK_TYPES, load_examples
-from metacog_fast.agents.alfworld.store import read_json, write_json_atomic
+from metacog_fast.runs import ExecutorConfig, Record, RunFolder, RunSummary, SideFile, Task, run_tasks
+from metacog_fast.runs.records import read_json, write_json_atomic
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_FEWSHOT = REPO / "results" / "alfworld" / "fewshot.json"
@@ -62,8 +63,13 @@ def episode_plan(cfg: RunConfig) -> list[tuple[str, int]]:
     return [("adapt", k) for k in range(cfg.adapt_episodes)] + [("test", k) for k in range(cfg.test_episodes)]
 
 
-def record_path(run_dir: Path, game: str, phase: str, k: int) -> Path:
-    return run_dir / "episodes" / game / f"{phase}_{k}.json"
+def record_key(game: str, phase: str, k: int) -> str:
+    """The harness key of a game's episode record."""
+    return f"episodes/{game}/{phase}_{k}"
+
+
+def record_path(run_dir: str | Path, game: str, phase: str, k: int) -> Path:
+    return Path(run_dir) / f"{record_key(game, phase, k)}.json"
 
 
 def load_records(run_dir: Path, game: str, plan: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
@@ -130,45 +136,63 @@ def _chunk_predictions(scorer: Any, rec: dict[str, Any]) -> list[float]:
     return [float(x) for x in scorer.score(rec["task"], rec.get("plan", ""), chunks)]
 
 
-def run_group(run_dir: str, cfg_dict: dict[str, Any], games: list[dict[str, str]], fewshot: str,
-              log: Callable[[str], None] | None = None, record_plan: bool = False) -> int:
-    """One worker: play every missing episode of ``games`` in order. Returns episodes played."""
+def _group_records(done: Mapping[str, Any], game: str, plan: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
+    """``game``'s finished records from ``done`` in plan order, up to the first missing one."""
+    out = []
+    for phase, k in plan:
+        r = done.get(record_key(game, phase, k))
+        if r is None:
+            break
+        out.append(r)
+    return out
+
+
+def play_group(payload: dict[str, Any], done: Mapping[str, Any], workdir: Path,
+               log: Callable[[str], None] | None = None) -> Iterator[Record | SideFile]:
+    """Task function (``metacog_fast.runs``): play every missing episode of one task type's games
+    in order; they share the lesson pool and the reflection memory, rebuilt from ``done``. Yields
+    each episode's record, and a MUSE game's adapted scorer once fitted."""
     from metacog_fast.agents.alfworld.memory import ReflectionMemory
     from metacog_fast.envs import make_env
     from metacog_fast.scoring import MiniLMEncoder, TrajectoryScorer
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
-    rd = Path(run_dir)
-    cfg = RunConfig.from_dict(cfg_dict)
+    cfg = RunConfig.from_dict(payload["config"])
+    games: list[dict[str, str]] = payload["games"]
     ac = cfg.agent_config
     plan = episode_plan(cfg)
-    examples = load_examples(fewshot, ac.examples, ac.example_max_steps, cfg.data)
+    examples = payload["examples"]
     muse = cfg.agent.startswith("muse")
     pre = None
+    pre_dir = workdir / "pre_scorer"
     if muse:
-        pre = TrajectoryScorer.load(cfg.scorer)
+        for rel, data in payload["scorer_files"].items():
+            (pre_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+            (pre_dir / rel).write_bytes(data)
+        pre = TrajectoryScorer.load(pre_dir)
         encoder = pre.encoder
     else:
         encoder = MiniLMEncoder()
     llm = open_llm_for(cfg)
-    mem_name = games[0]["task_type"] if games else "empty"
-    memory = ReflectionMemory(rd / "memory" / f"{mem_name}.db", encoder)
+    memory = ReflectionMemory(workdir / "memory" / f"{games[0]['task_type']}.db", encoder)
     env = make_env("alfworld", split=cfg.split, data=cfg.data, max_episode_steps=max(ac.max_steps, 1))
-    played = 0
     try:
         scorer = None
         agent = make_agent(cfg.agent, llm, examples, ac, encoder, memory, None if not muse else pre,
-                           record_plan=record_plan)
+                           record_plan=payload.get("record_plan", False))
         for g in games:
-            records = load_records(rd, g["game"], plan)
+            records = _group_records(done, g["game"], plan)
             agent.restore(g["game"], records)
             if muse:
-                scorer = TrajectoryScorer.load(cfg.scorer, encoder=encoder)
+                scorer = TrajectoryScorer.load(pre_dir, encoder=encoder)
                 agent.scorer = scorer
             for idx, (phase, k) in enumerate(plan):
                 if muse and phase == "test" and k == 0 and cfg.adapt_episodes > 0:
-                    scorer = _adapted_scorer(rd, g["game"], cfg, encoder, records[: cfg.adapt_episodes])
+                    scorer, fitted = _adapted_scorer(workdir, g["game"], pre_dir, cfg, encoder,
+                                                     records[: cfg.adapt_episodes])
                     agent.scorer = scorer
+                    if fitted:
+                        yield from SideFile.collect(workdir, f"scorers/{g['game']}")
                 if idx < len(records):
                     continue
                 rec = _play(env, agent, llm, g, idx, phase, ac.max_steps)
@@ -176,16 +200,14 @@ def run_group(run_dir: str, cfg_dict: dict[str, Any], games: list[dict[str, str]
                     rec["chunk_probs"] = _chunk_predictions(scorer, rec)
                     rec["chunk_probs_pre"] = _chunk_predictions(pre, rec)
                 rec["k"] = k
-                write_json_atomic(record_path(rd, g["game"], phase, k), rec)
                 records.append(rec)
-                played += 1
+                yield Record(record_key(g["game"], phase, k), rec)
                 log(f"[{cfg.agent}] {g['game']} {phase} {k}: won={rec['won']} steps={rec['steps']} "
                     f"llm={rec['llm']['seconds']:.1f}s env={rec['env_seconds']:.1f}s wall={rec['wall_seconds']:.1f}s")
     finally:
         env.close()
         memory.close()
         llm.close()
-    return played
 
 
 def _play(env: Any, agent: Any, llm: Any, g: dict[str, str], idx: int, phase: str, max_steps: int) -> dict[str, Any]:
@@ -194,73 +216,81 @@ def _play(env: Any, agent: Any, llm: Any, g: dict[str, str], idx: int, phase: st
     return run_episode(env, agent, llm, g["game"], g["gamefile"], idx, phase, max_steps)
 
 
-def _adapted_scorer(rd: Path, game: str, cfg: RunConfig, encoder: Any, adapt_records: list[dict[str, Any]]) -> Any:
-    """g_eta after the game's adaptation episodes: loaded if saved, else fitted (replay of
-    pre-deployment + new chunks, Alg. 4) and saved."""
+def _adapted_scorer(workdir: Path, game: str, pre_dir: Path, cfg: RunConfig, encoder: Any,
+                    adapt_records: list[dict[str, Any]]) -> tuple[Any, bool]:
+    """g_eta after the game's adaptation episodes: loaded if the run folder kept it (it is among
+    the task's inputs), else fitted (replay of pre-deployment + new chunks, Alg. 4). Returns
+    (scorer, whether it was fitted now)."""
     from metacog_fast.scoring import TrajectoryScorer
 
-    folder = rd / "scorers" / game
+    folder = workdir / "scorers" / game
     if (folder / "config.json").exists():
-        return TrajectoryScorer.load(folder, encoder=encoder)
-    scorer = TrajectoryScorer.load(cfg.scorer, encoder=encoder)
+        return TrajectoryScorer.load(folder, encoder=encoder), False
+    scorer = TrajectoryScorer.load(pre_dir, encoder=encoder)
     ex = chunk_examples(adapt_records, scorer.config.chunk_size)
     if ex:
         scorer.fit_incremental(ex, steps=cfg.incremental_steps)
     scorer.save(folder, include_replay=False)
-    return scorer
+    return scorer, True
 
 
-def _group_by_type(games: list[dict[str, str]], workers: int) -> list[list[list[dict[str, str]]]]:
+def _group_tasks(games: list[dict[str, str]], cfg: RunConfig, examples: dict[str, Any], fewshot_scorer: dict[str, bytes],
+                 record_plan: bool) -> list[Task]:
+    """One task per task type: a type's games share the lesson pool and reflection memory."""
     groups: dict[str, list[dict[str, str]]] = {}
     for g in games:
         groups.setdefault(g["task_type"], []).append(g)
-    buckets: list[list[list[dict[str, str]]]] = [[] for _ in range(workers)]
-    for i, grp in enumerate(groups.values()):
-        buckets[i % workers].append(grp)
-    return [b for b in buckets if b]
+    plan = episode_plan(cfg)
+    d = cfg.to_dict()
+    tasks = []
+    for t, grp in groups.items():
+        payload = {"config": d, "games": grp, "examples": examples, "scorer_files": fewshot_scorer,
+                   "record_plan": record_plan}
+        keys = tuple(record_key(g["game"], ph, k) for g in grp for ph, k in plan)
+        tasks.append(Task(t, payload, keys, inputs=tuple(f"scorers/{g['game']}" for g in grp)))
+    return tasks
 
 
-def _worker(run_dir: str, cfg_dict: dict[str, Any], groups: list[list[dict[str, str]]], fewshot: str,
-            record_plan: bool = False) -> int:
-    n = 0
-    for grp in groups:
-        n += run_group(run_dir, cfg_dict, grp, fewshot, record_plan=record_plan)
-    return n
+def _scorer_files(cfg: RunConfig) -> dict[str, bytes]:
+    """The pre-deployment scorer folder's files (sent with each task: workers need no shared disk)."""
+    if not cfg.agent.startswith("muse"):
+        return {}
+    root = Path(cfg.scorer)
+    if not (root / "config.json").exists():
+        raise ValueError(f"scorer: {root} is not a scorer folder (no config.json)")
+    return {f.relative_to(root).as_posix(): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
 
 
-def prepare_run(run_dir: str | Path, cfg: RunConfig) -> list[dict[str, str]]:
-    """Write (or check) config.json and return the run's games."""
+def prepare_run(run_dir: str | Path, cfg: RunConfig) -> tuple[RunFolder, list[dict[str, str]]]:
+    """Open the run folder (config.json written, or checked against ``cfg`` when resuming: only
+    ``workers`` may differ) and return it with the run's games."""
     cfg.validate()
-    rd = Path(run_dir)
-    d = cfg.to_dict()
-    cfg_file = rd / "config.json"
-    if cfg_file.exists():
-        old = read_json(cfg_file).get("config", {})
-        a = {k: v for k, v in old.items() if k != "workers"}
-        b = {k: v for k, v in d.items() if k != "workers"}
-        if a != b:
-            diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-            raise ValueError(f"{cfg_file}: the run folder holds a different configuration (fields {diff}); "
-                             "use another --out or the same options to resume")
     games = select_games(cfg.split, cfg.tasks, cfg.data)
-    write_json_atomic(cfg_file, {"config": d, "games": games})
-    return games
+    folder = RunFolder(run_dir, cfg.to_dict(), ignore=("workers",), extra={"games": games})
+    return folder, games
 
 
-def run_protocol(run_dir: str | Path, cfg: RunConfig, fewshot: str | Path = DEFAULT_FEWSHOT) -> dict[str, Any]:
-    """Run (or resume) a whole run; returns {"episodes_played", "wall_seconds"}."""
+def _run_collect(run_dir: str | Path, cfg: RunConfig, fewshot: str | Path, executor: ExecutorConfig | None,
+                 record_plan: bool, play: bool = True) -> tuple[RunFolder, list[dict[str, str]], RunSummary | None]:
+    folder, games = prepare_run(run_dir, cfg)
+    ac = cfg.agent_config
+    examples = load_examples(fewshot, ac.examples, ac.example_max_steps, cfg.data)
+    if not play:
+        return folder, games, None
+    tasks = _group_tasks(games, cfg, examples, _scorer_files(cfg), record_plan)
+    summary = run_tasks(folder, tasks, play_group, executor, family_workers=cfg.workers, desc=f"alfworld/{cfg.agent}")
+    return folder, games, summary
+
+
+def run_protocol(run_dir: str | Path, cfg: RunConfig, fewshot: str | Path = DEFAULT_FEWSHOT,
+                 executor: ExecutorConfig | None = None) -> dict[str, Any]:
+    """Run (or resume) a whole run; returns {"episodes_played", "wall_seconds", "harness"}.
+    ``executor``: where the task-type groups run (default: in this process for ``cfg.workers``
+    = 1, else that many local processes)."""
     t0 = time.perf_counter()
-    games = prepare_run(run_dir, cfg)
-    load_examples(fewshot, cfg.agent_config.examples, cfg.agent_config.example_max_steps, cfg.data)
-    buckets = _group_by_type(games, cfg.workers)
-    d = cfg.to_dict()
-    if len(buckets) == 1:
-        played = _worker(str(run_dir), d, buckets[0], str(fewshot))
-    else:
-        ctx = mp.get_context("spawn")
-        with ctx.Pool(len(buckets)) as pool:
-            played = sum(pool.starmap(_worker, [(str(run_dir), d, b, str(fewshot)) for b in buckets]))
-    return {"episodes_played": played, "wall_seconds": time.perf_counter() - t0}
+    _folder, _games, summary = _run_collect(run_dir, cfg, fewshot, executor, record_plan=False)
+    assert summary is not None
+    return {"episodes_played": summary.played, "wall_seconds": time.perf_counter() - t0, "harness": summary.as_dict()}
 
 
 # -- pre-deployment (Alg. 3) -----------------------------------------------------------------
@@ -268,7 +298,7 @@ def pretrain(out_dir: str | Path, games: int = 6, episodes: int = 2, split: str 
              data: str | None = None, expert_positives: bool = True, agent_config: AgentConfig | None = None,
              llm: str | None = None, n_threads: int = 1, workers: int = 1, epochs: int | None = None,
              fewshot: str | Path = DEFAULT_FEWSHOT, train_only: bool = False,
-             n_ctx: int = RunConfig.n_ctx) -> dict[str, Any]:
+             n_ctx: int = RunConfig.n_ctx, executor: ExecutorConfig | None = None) -> dict[str, Any]:
     """Reflexion episodes on ``split`` (persisted, resumable: ``out_dir/collect``), then M_sa
     trained on 4-pair chunks labelled by outcome (plus expert walkthrough chunks as positives
     when ``expert_positives``), saved to ``out_dir/scorer``. ``train_only``: skip the collection
@@ -280,19 +310,9 @@ def pretrain(out_dir: str | Path, games: int = 6, episodes: int = 2, split: str 
                     test_episodes=episodes, llm=llm, n_threads=n_threads, n_ctx=n_ctx, workers=workers,
                     agent_config=agent_config or AgentConfig())
     collect = out / "collect"
-    games_list = prepare_run(collect, cfg)
-    load_examples(fewshot, cfg.agent_config.examples, cfg.agent_config.example_max_steps, data)
-    buckets = _group_by_type(games_list, workers)
-    d = cfg.to_dict()
     t0 = time.perf_counter()
-    if train_only:
-        pass
-    elif len(buckets) == 1:
-        _worker(str(collect), d, buckets[0], str(fewshot), True)
-    else:
-        ctx = mp.get_context("spawn")
-        with ctx.Pool(len(buckets)) as pool:
-            pool.starmap(_worker, [(str(collect), d, b, str(fewshot), True) for b in buckets])
+    _folder, games_list, _summary = _run_collect(collect, cfg, fewshot, executor, record_plan=True,
+                                                 play=not train_only)
     records = []
     for g in games_list:
         records += load_records(collect, g["game"], episode_plan(cfg))

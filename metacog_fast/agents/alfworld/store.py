@@ -1,26 +1,7 @@
-"""Atomic JSON files (temp file + fsync + os.replace) and episode-record paths."""
+"""The ALFWorld modules' JSON helpers: the run harness's atomic writer and reader
+(``metacog_fast.runs.records``), under the names this package has always used."""
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-from typing import Any
+from metacog_fast.runs.records import read_json, write_json_atomic
 
-from metacog_fast._atomic import atomic_open
-
-
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
-    """Write ``obj`` as JSON to ``path`` atomically; returns the path."""
-    with atomic_open(path, "w") as f:
-        json.dump(obj, f, indent=1)
-    return Path(path)
-
-
-def read_json(path: str | os.PathLike) -> Any:
-    """Read JSON, naming the file in the error when it is malformed."""
-    p = Path(path)
-    try:
-        with open(p) as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{p}: malformed JSON ({e})") from e
+__all__ = ["read_json", "write_json_atomic"]

@@ -1,0 +1,112 @@
+"""A run folder on the driver: the configuration snapshot, one JSON record per finished episode,
+and side files (memory stores, fitted models) that tasks hand back.
+
+A record's key is its path relative to the folder without ``.json`` (``episodes/<game>/test_0``).
+A record exists exactly when its episode finished: it is written by one atomic rename, so a
+kill leaves either the whole record or none.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from metacog_fast._atomic import atomic_write_bytes
+from metacog_fast.runs.records import read_json, write_json_atomic
+
+
+def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], ignore: Iterable[str] = (),
+                       prefix: str = "") -> list[str]:
+    """Dotted names of the fields whose values differ (nested dicts compared field by field);
+    names in ``ignore`` (top level, or dotted) are left out."""
+    skip = set(ignore)
+    out: list[str] = []
+    for k in sorted(set(old) | set(new), key=str):
+        name = f"{prefix}{k}"
+        if name in skip:
+            continue
+        a, b = old.get(k, _MISSING), new.get(k, _MISSING)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += config_differences(a, b, skip, prefix=f"{name}.")
+        elif a != b:
+            out.append(name)
+    return out
+
+
+_MISSING = object()
+
+
+class RunFolder:
+    """One run's folder. ``config`` is the JSON-able configuration; opening a folder that holds
+    a snapshot whose fields differ (other than ``ignore``: fields that do not change results, such
+    as the worker count) raises ValueError naming the fields. ``extra`` goes into the snapshot too."""
+
+    def __init__(self, path: str | os.PathLike, config: Mapping[str, Any], *, ignore: Iterable[str] = (),
+                 extra: Mapping[str, Any] | None = None, snapshot: str = "config.json") -> None:
+        self.root = Path(path)
+        self.config = dict(config)
+        self.snapshot_path = self.root / snapshot
+        self.ignore = tuple(ignore)
+        previous = self.read_snapshot()
+        if previous is not None:
+            old = previous.get("config")
+            if not isinstance(old, Mapping):
+                raise ValueError(f"{self.snapshot_path}: expected a JSON object with a 'config' field")
+            diff = config_differences(old, self.config, self.ignore)
+            if diff:
+                raise ValueError(f"{self.snapshot_path}: the run folder holds a different configuration "
+                                 f"(fields {diff}); use another folder, or the same configuration to resume")
+        self.root.mkdir(parents=True, exist_ok=True)
+        doc = {**(previous or {}), **(extra or {}), "config": self.config}
+        write_json_atomic(self.snapshot_path, doc)
+
+    def read_snapshot(self) -> dict[str, Any] | None:
+        return read_json(self.snapshot_path) if self.snapshot_path.exists() else None
+
+    # -- records -----------------------------------------------------------------------------
+    def record_path(self, key: str) -> Path:
+        if not key or key.startswith(("/", ".")) or ".." in Path(key).parts:
+            raise ValueError(f"key: expected a relative record key like 'episodes/<game>/test_0', got {key!r}")
+        return self.root / f"{key}.json"
+
+    def has(self, key: str) -> bool:
+        return self.record_path(key).exists()
+
+    def read(self, key: str) -> Any:
+        return read_json(self.record_path(key))
+
+    def write(self, key: str, record: Any) -> bool:
+        """Write a finished episode's record; False (and nothing written) when it exists already:
+        an episode is never counted twice."""
+        p = self.record_path(key)
+        if p.exists():
+            return False
+        write_json_atomic(p, record)
+        return True
+
+    def finished(self, keys: Iterable[str]) -> dict[str, Any]:
+        """The records among ``keys`` that exist, by key."""
+        return {k: self.read(k) for k in keys if self.has(k)}
+
+    # -- side files --------------------------------------------------------------------------
+    def side_path(self, relpath: str) -> Path:
+        p = Path(relpath)
+        if p.is_absolute() or ".." in p.parts or not p.parts:
+            raise ValueError(f"path: expected a path inside the run folder, got {relpath!r}")
+        return self.root / p
+
+    def write_side_file(self, relpath: str, data: bytes) -> None:
+        atomic_write_bytes(self.side_path(relpath), data)
+
+    def read_side_files(self, relpaths: Iterable[str]) -> dict[str, bytes]:
+        """Files (or every file under folders) at ``relpaths``; missing ones are left out."""
+        out: dict[str, bytes] = {}
+        for rel in relpaths:
+            p = self.side_path(rel)
+            if p.is_file():
+                out[rel] = p.read_bytes()
+            elif p.is_dir():
+                for f in sorted(p.rglob("*")):
+                    if f.is_file() and not f.name.startswith("."):
+                        out[f.relative_to(self.root).as_posix()] = f.read_bytes()
+        return out
