@@ -145,7 +145,7 @@ def test_config_validation():
 def test_run_cli_arguments_reach_the_config():
     import argparse
 
-    from metacog_fast.agents.alfworld.cli import add_run_arguments, run_config
+    from metacog_fast.cli.alfworld import add_run_arguments, run_config
 
     p = argparse.ArgumentParser()
     add_run_arguments(p)

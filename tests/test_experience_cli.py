@@ -6,7 +6,8 @@ import json
 import pytest
 
 from metacog_fast.agents.experience import entries as en
-from metacog_fast.agents.experience.cli import main, parse_games
+from metacog_fast.cli.experience import parse_games
+from metacog_fast.cli.main import main
 from metacog_fast.agents.experience.memory import ExperienceMemory
 
 

@@ -53,12 +53,13 @@ def test_sa_metrics_rejects_mismatched_shapes():
         sa_metrics(psi, lab, out[:-1])
 
 
-def test_assess_novel_smoke_and_cli(tmp_path, monkeypatch):
+def test_assess_novel_smoke_and_cli(tmp_path, monkeypatch, capsys):
     pytest.importorskip("metaworld")
     import metacog_fast.train.rollout as rollout
     from metacog_fast.models.dreamer import Dreamer
     from metacog_fast.train.checkpoint import save_checkpoint
-    from metacog_fast.train.cli import checkpoint_state, main
+    from metacog_fast.cli.main import main
+    from metacog_fast.train.assess import checkpoint_state
     from metacog_fast.train.config import profile
     from metacog_fast.train.report import assess_on_scripted
 
@@ -86,24 +87,28 @@ def test_assess_novel_smoke_and_cli(tmp_path, monkeypatch):
     assert checkpoint_state(stem)["phase"] == "pretrained"
 
     out = tmp_path / "sa.json"
-    main(["assess", "--checkpoint", str(stem) + ".safetensors", str(stem), "--names", "a", "b", "--tasks", task,
-          "--novel", "--episodes-per-task", "2", "--out", str(out), "--roc", str(tmp_path / "roc.png")])
+    assert main(["train", "assess", "--checkpoint", str(stem) + ".safetensors", str(stem), "--names", "a", "b",
+                 "--tasks", task, "--novel", "--episodes-per-task", "2", "--out", str(out),
+                 "--roc", str(tmp_path / "roc.png")]) == 0
     doc = json.loads(out.read_text())
     assert doc["novel"] is True and set(doc["checkpoints"]) == {"a", "b"}
     a, b = doc["checkpoints"]["a"], doc["checkpoints"]["b"]
     assert a["episodes"] == 2 and a["checkpoint_state"]["agent"] == "muse"
     # same seed: the same scripted episodes for every checkpoint
     assert a["episode_records"] == b["episode_records"]
-    with pytest.raises(ValueError, match="--names"):
-        main(["assess", "--checkpoint", str(stem), str(stem), "--tasks", task, "--out", str(tmp_path / "x.json")])
-    with pytest.raises(ValueError, match="--tasks"):
-        main(["assess", "--checkpoint", str(stem), "--tasks", " , ", "--out", str(tmp_path / "x.json")])
+    capsys.readouterr()
+    assert main(["train", "assess", "--checkpoint", str(stem), str(stem), "--tasks", task,
+                 "--out", str(tmp_path / "x.json")]) == 2
+    assert "--names" in capsys.readouterr().err
+    assert main(["train", "assess", "--checkpoint", str(stem), "--tasks", " , ", "--out", str(tmp_path / "x.json")]) == 2
+    assert "--tasks" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
 
 
 def test_checkpoint_state_names_the_adapted_task(tmp_path):
     from metacog_fast.models.dreamer import Dreamer
     from metacog_fast.train.checkpoint import save_checkpoint
-    from metacog_fast.train.cli import checkpoint_state
+    from metacog_fast.train.assess import checkpoint_state
     from metacog_fast.train.config import profile
 
     cfg = profile("smoke", agent="muse")

@@ -1,24 +1,32 @@
 """The sim CLI: argument wiring (standalone and under another parser) and ``sim report``."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
 
 import pytest
 
 from metacog_fast.sim import load_scenario
-from metacog_fast.sim.cli import add_arguments, main, report
+from metacog_fast.cli.main import build_parser, main
+from metacog_fast.sim.jobs import report
 from metacog_fast.sim.engine import SimConfig, Simulation
 
 
-def test_add_arguments_under_another_parser():
-    parser = argparse.ArgumentParser(prog="metacog")
-    add_arguments(parser.add_subparsers(dest="cmd"))
-    a = parser.parse_args(["sim", "--scenario", "mystery", "--agents", "4", "--steps", "7", "--no-metacognition"])
-    assert (a.scenario, a.agents, a.steps, a.no_metacognition, a.sim_cmd) == ("mystery", 4, 7, True, None)
+def test_sim_arguments_reach_the_configs():
+    from metacog_fast.cli.dataclass_args import config_from_args
+    from metacog_fast.cli.sim import ABLATION_FLAGS, FEATURE_FLAGS, RUN_FLAGS
+
+    parser = build_parser(load="sim")
+    a = parser.parse_args(["sim", "--scenario", "mystery", "--agents", "4", "--steps", "7", "--no-metacognition",
+                           "--no-judge", "--llm-threads", "2", "--progress-every", "3"])
+    assert (a.scenario, a.agents, a.steps, a.metacognition, a.sim_cmd) == ("mystery", 4, 7, False, None)
+    opts, llm, agent = (config_from_args(s, a) for s in RUN_FLAGS)
+    feats = config_from_args(FEATURE_FLAGS, a)
+    assert (opts.scenario, opts.judge, llm.llm_threads, agent.progress_every) == ("mystery", False, 2, 3)
+    assert (feats.memory, feats.metacognition) == (True, False)
     b = parser.parse_args(["sim", "ablate", "--scenario", "zombie", "--runs", "3", "--configs", "all,memory_only"])
-    assert (b.sim_cmd, b.runs, b.configs) == ("ablate", 3, "all,memory_only")
+    ab = config_from_args(ABLATION_FLAGS, b)
+    assert (b.sim_cmd, ab.runs, ab.configs) == ("ablate", 3, ("all", "memory_only"))
     c = parser.parse_args(["sim", "report", "some/run"])
     assert (c.sim_cmd, c.run) == ("report", "some/run")
 

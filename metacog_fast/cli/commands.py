@@ -1,8 +1,14 @@
-"""Commands other parts of the package contribute to ``metacog``, imported only when run.
+"""Every ``metacog`` command, registered one way: a path, a help line, and ``"module:function"``.
 
-Their modules pull torch and models (seconds to import), so ``metacog info`` / ``demo`` and
-``metacog --help`` must not import them: until its command is chosen, each appears as a
-stand-in subparser carrying only its help line.
+``function(parser)`` fills the command's own (leaf) parser: its flags, generated from the
+configuration dataclasses (:mod:`metacog_fast.cli.dataclass_args`), and ``func(args) -> int``.
+Several entries can share a first word (``run alfworld``, ``run scienceworld``): the first word
+becomes a parser whose sub-commands are the second words, with the help line of :data:`GROUPS`.
+
+The modules behind most commands pull torch and models (seconds to import), so ``metacog --help``
+and ``metacog info`` must not import them: until its command is chosen, each first word appears as
+a stand-in sub-parser carrying only its help line, and only the chosen command's modules are loaded.
+Another command is one more :class:`Command` line in :data:`COMMANDS`.
 """
 from __future__ import annotations
 
@@ -13,107 +19,96 @@ from typing import Any, Callable
 
 
 @dataclass(frozen=True)
-class ExternalCommand:
-    """A ``metacog <name>`` command whose code lives in another module."""
+class Command:
+    """One ``metacog`` command (or sub-command) whose parser is built by another module."""
 
-    name: str
-    """Sub-command name."""
+    path: tuple[str, ...]
+    """The words that name it: ``("sim",)``, ``("run", "alfworld")``."""
     help: str
     """Help line shown in ``metacog --help`` (without importing the module)."""
     attach: str
-    """``"module:function"``; ``function(subparsers)`` adds the ``name`` parser and sets ``func``
-    (``func(args) -> int | None``)."""
+    """``"module:function"``; ``function(parser)`` adds the flags and sets ``func``."""
 
-    def load(self) -> Callable[[Any], Any]:
+    def load(self) -> Callable[[argparse.ArgumentParser], Any]:
         module, func = self.attach.split(":")
         return getattr(importlib.import_module(module), func)
 
 
-def _attach_train(subparsers: Any) -> argparse.ArgumentParser:
-    """``metacog train metaworld ...`` -> :func:`metacog_fast.train.cli.run_train`."""
-    from metacog_fast.train import cli as train_cli
+GROUPS: dict[str, str] = {
+    "run": "run language agents on an environment (e.g. metacog run alfworld --agent muse)",
+    "pretrain": "pre-deployment of language agents (e.g. metacog pretrain alfworld)",
+    "report": "tables, plots and costs of a language-agent run (metacog report alfworld RUN)",
+    "train": "train MUSE-WM / Dreamer-v3 on Meta-World (docs/design.md §3 protocol); assess checkpoints",
+    "adapt": "adapt a pre-trained MUSE-WM / Dreamer-v3 to the novel Meta-World tasks",
+}
+"""Help lines of the first words that group several commands."""
 
-    p = subparsers.add_parser("train", help=EXTERNAL_COMMANDS["train"].help)
-    sub = p.add_subparsers(dest="train_env", required=True, metavar="{metaworld}")
-    mw = sub.add_parser("metaworld", help="MUSE-WM / Dreamer-v3 pre-deployment + adaptation on Meta-World")
-    train_cli.add_train_arguments(mw)
-    mw.set_defaults(func=lambda args: _ran(train_cli.run_train(args)))
+COMMANDS: tuple[Command, ...] = (
+    Command(("info",), "backends, versions, and which environments/data are usable",
+            "metacog_fast.cli.commands:attach_info"),
+    Command(("demo",), "drive each environment end to end with its expert; write figures as JSON",
+            "metacog_fast.cli.commands:attach_demo"),
+    Command(("sim",), "town simulation of generative agents with metacognition (paper 001)",
+            "metacog_fast.cli.sim:attach"),
+    Command(("train", "metaworld"), "MUSE-WM / Dreamer-v3 pre-deployment + adaptation on Meta-World",
+            "metacog_fast.cli.train:attach_train"),
+    Command(("train", "assess"), "the SA head of MUSE checkpoints on scripted-policy episodes (AUROC2)",
+            "metacog_fast.cli.train:attach_assess"),
+    Command(("adapt", "metaworld"), "deployment adaptation on the novel tasks from a pre-trained checkpoint",
+            "metacog_fast.cli.train:attach_adapt"),
+    Command(("run", "alfworld"), "ALFWorld language agents (ReAct, Reflexion, MUSE, FCRF)",
+            "metacog_fast.cli.alfworld:attach_run"),
+    Command(("run", "scienceworld"), "ScienceWorld dual-process agent (baseline/amm/srm/full)",
+            "metacog_fast.cli.scienceworld:attach_run"),
+    Command(("pretrain", "alfworld"), "MUSE pre-deployment on ALFWorld (Reflexion data + M_sa training)",
+            "metacog_fast.cli.alfworld:attach_pretrain"),
+    Command(("report", "alfworld"), "tables, ROC plots and costs of ALFWorld agent runs",
+            "metacog_fast.cli.alfworld:attach_report"),
+    Command(("report", "scienceworld"), "tables, mechanism counts and score chart of a ScienceWorld run",
+            "metacog_fast.cli.scienceworld:attach_report"),
+    Command(("learn",), "experience-memory agents learning on the job (metacog learn alfworld --iterations 3)",
+            "metacog_fast.cli.experience:attach_learn"),
+    Command(("memory",), "show, export or import experience memory (metacog memory show FILE)",
+            "metacog_fast.cli.memory:attach"),
+    Command(("finetune",), "pre-deployment fine-tuning of the ALFWorld actor "
+                           "(metacog finetune data|sft|export|eval|compare|reflections|dpo)",
+            "metacog_fast.cli.finetune:attach"),
+)
+
+
+def top_level() -> dict[str, str]:
+    """{first word: help line}, in the order of :data:`COMMANDS`."""
+    out: dict[str, str] = {}
+    for c in COMMANDS:
+        out.setdefault(c.path[0], c.help if len(c.path) == 1 else GROUPS[c.path[0]])
+    return out
+
+
+def attach(sub: Any, word: str) -> argparse.ArgumentParser:
+    """Build the full parser of first word ``word`` under ``sub`` (imports its modules)."""
+    entries = [c for c in COMMANDS if c.path[0] == word]
+    if len(entries) == 1 and len(entries[0].path) == 1:
+        p = sub.add_parser(word, help=entries[0].help, description=entries[0].help)
+        entries[0].load()(p)
+        return p
+    p = sub.add_parser(word, help=GROUPS[word], description=GROUPS[word])
+    names = [c.path[1] for c in entries]
+    inner = p.add_subparsers(dest=f"{word}_cmd", required=True, metavar="{" + ",".join(names) + "}")
+    for c in entries:
+        leaf = inner.add_parser(c.path[1], help=c.help, description=c.help)
+        c.load()(leaf)
     return p
 
 
-def _attach_adapt(subparsers: Any) -> argparse.ArgumentParser:
-    """``metacog adapt metaworld ...`` -> :func:`metacog_fast.train.cli.run_adapt`."""
-    from metacog_fast.train import cli as train_cli
+def attach_info(p: argparse.ArgumentParser) -> None:
+    from metacog_fast.cli import info
 
-    p = subparsers.add_parser("adapt", help=EXTERNAL_COMMANDS["adapt"].help)
-    sub = p.add_subparsers(dest="adapt_env", required=True, metavar="{metaworld}")
-    mw = sub.add_parser("metaworld", help="deployment adaptation on the novel tasks from a pre-trained checkpoint")
-    train_cli.add_adapt_arguments(mw)
-    mw.set_defaults(func=lambda args: _ran(train_cli.run_adapt(args)))
-    return p
+    info.add_arguments(p)
+    p.set_defaults(func=info.run)
 
 
-def _ran(_result: Any) -> int:
-    return 0
+def attach_demo(p: argparse.ArgumentParser) -> None:
+    from metacog_fast.cli import demo
 
-
-# ``metacog run|pretrain|report <env> ...`` dispatch on the environment name: each table maps an
-# environment to the "module:function" that adds its sub-parser (``function(subparsers)``).
-# Another environment is one more line in the table(s) it supports.
-RUN_ENVS: dict[str, str] = {
-    "alfworld": "metacog_fast.agents.alfworld.cli:attach_run",
-    "scienceworld": "metacog_fast.agents.scienceworld.cli:attach_run",
-}
-PRETRAIN_ENVS: dict[str, str] = {
-    "alfworld": "metacog_fast.agents.alfworld.cli:attach_pretrain",
-}
-REPORT_ENVS: dict[str, str] = {
-    "alfworld": "metacog_fast.agents.alfworld.cli:attach_report",
-    "scienceworld": "metacog_fast.agents.scienceworld.cli:attach_report",
-}
-
-
-def _attach_env_table(name: str, table: dict[str, str], subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(name, help=EXTERNAL_COMMANDS[name].help)
-    sub = p.add_subparsers(dest=f"{name}_env", required=True, metavar="{" + ",".join(table) + "}")
-    for target in table.values():
-        module, func = target.split(":")
-        getattr(importlib.import_module(module), func)(sub)
-    return p
-
-
-def _attach_run(subparsers: Any) -> argparse.ArgumentParser:
-    return _attach_env_table("run", RUN_ENVS, subparsers)
-
-
-def _attach_pretrain(subparsers: Any) -> argparse.ArgumentParser:
-    return _attach_env_table("pretrain", PRETRAIN_ENVS, subparsers)
-
-
-def _attach_report(subparsers: Any) -> argparse.ArgumentParser:
-    return _attach_env_table("report", REPORT_ENVS, subparsers)
-
-
-EXTERNAL_COMMANDS: dict[str, ExternalCommand] = {
-    c.name: c
-    for c in (
-        ExternalCommand("sim", "town simulation of generative agents with metacognition (paper 001)",
-                        "metacog_fast.sim.cli:add_arguments"),
-        ExternalCommand("train", "train MUSE-WM / Dreamer-v3 on Meta-World (docs/design.md §3 protocol)",
-                        "metacog_fast.cli.commands:_attach_train"),
-        ExternalCommand("adapt", "adapt a pre-trained MUSE-WM / Dreamer-v3 to the novel Meta-World tasks",
-                        "metacog_fast.cli.commands:_attach_adapt"),
-        ExternalCommand("run", "run language agents on an environment (e.g. metacog run alfworld --agent muse)",
-                        "metacog_fast.cli.commands:_attach_run"),
-        ExternalCommand("pretrain", "pre-deployment of language agents (e.g. metacog pretrain alfworld)",
-                        "metacog_fast.cli.commands:_attach_pretrain"),
-        ExternalCommand("report", "tables, plots and costs of a language-agent run (metacog report alfworld RUN)",
-                        "metacog_fast.cli.commands:_attach_report"),
-        ExternalCommand("learn", "experience-memory agents learning on the job (metacog learn alfworld --iterations 3)",
-                        "metacog_fast.agents.experience.cli:attach_learn"),
-        ExternalCommand("finetune", "pre-deployment fine-tuning of the ALFWorld actor (metacog finetune data|sft|export|eval)",
-                        "metacog_fast.finetune.cli:attach"),
-        ExternalCommand("memory", "show, export or import experience memory (metacog memory show FILE)",
-                        "metacog_fast.agents.experience.cli:attach_memory"),
-    )
-}
+    demo.add_arguments(p)
+    p.set_defaults(func=demo.run)

@@ -19,7 +19,7 @@ def _muse_wm_args(p: argparse.ArgumentParser) -> None:
 
 
 def _muse_wm_run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
-    from metacog_fast.train.cli import demo_part
+    from metacog_fast.train.demo import demo_part
 
     if args.muse_wm_steps < 1:
         raise ValueError(f"--muse-wm-steps: expected >= 1, got {args.muse_wm_steps}")

@@ -17,7 +17,7 @@ def _args(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
-    from metacog_fast.sim.cli import demo_part
+    from metacog_fast.sim.jobs import demo_part
 
     if args.sim_agents < 1 or args.sim_steps < 1:
         raise ValueError(f"--sim-agents/--sim-steps: expected >= 1, got {args.sim_agents}/{args.sim_steps}")

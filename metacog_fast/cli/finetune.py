@@ -1,21 +1,21 @@
 """``metacog finetune data|sft|export|eval|compare|reflections|dpo``: pre-deployment fine-tuning
 of the ALFWorld actor (SFT) and of the reflector (DPO).
 
-Flags are generated from the configuration dataclasses (:mod:`metacog_fast.cli.dataclass_args`).
+Flags are generated from the configuration dataclasses of :mod:`metacog_fast.finetune`
+(:mod:`metacog_fast.cli.dataclass_args`); folders to read and write are plain arguments.
 """
 from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
-from metacog_fast.cli.dataclass_args import add_dataclass_arguments, dataclass_from_args
+from metacog_fast.cli.dataclass_args import Flags, add_config_flags, config_from_args
 
 
 def _data(a: argparse.Namespace) -> int:
     from metacog_fast.finetune.data import DataConfig, build_dataset
 
-    manifest = build_dataset(a.out, dataclass_from_args(DataConfig, a), a.games_dir)
+    manifest = build_dataset(a.out, config_from_args(Flags(DataConfig), a), a.games_dir)
     print(json.dumps({k: v for k, v in manifest.items() if k != "games"}))
     return 0
 
@@ -23,7 +23,7 @@ def _data(a: argparse.Namespace) -> int:
 def _sft(a: argparse.Namespace) -> int:
     from metacog_fast.finetune.sft import SFTConfig, train_sft
 
-    facts = train_sft(a.data_dir, a.out, dataclass_from_args(SFTConfig, a))
+    facts = train_sft(a.data_dir, a.out, config_from_args(Flags(SFTConfig), a))
     print(json.dumps(facts))
     return 0
 
@@ -31,7 +31,7 @@ def _sft(a: argparse.Namespace) -> int:
 def _export(a: argparse.Namespace) -> int:
     from metacog_fast.finetune.export import ExportConfig, export_gguf
 
-    facts = export_gguf(a.checkpoint, a.out, dataclass_from_args(ExportConfig, a))
+    facts = export_gguf(a.checkpoint, a.out, config_from_args(Flags(ExportConfig), a))
     print(json.dumps(facts))
     return 0
 
@@ -39,7 +39,7 @@ def _export(a: argparse.Namespace) -> int:
 def _eval(a: argparse.Namespace) -> int:
     from metacog_fast.finetune.evaluate import EvalConfig, evaluate
 
-    facts = evaluate(a.out, dataclass_from_args(EvalConfig, a))
+    facts = evaluate(a.out, config_from_args(Flags(EvalConfig), a))
     print(json.dumps(facts))
     return 0
 
@@ -54,35 +54,34 @@ def _compare(a: argparse.Namespace) -> int:
 def _reflections(a: argparse.Namespace) -> int:
     from metacog_fast.finetune.reflections import ReflectionDataConfig, collect
 
-    print(json.dumps(collect(a.out, dataclass_from_args(ReflectionDataConfig, a))))
+    print(json.dumps(collect(a.out, config_from_args(Flags(ReflectionDataConfig), a))))
     return 0
 
 
 def _dpo(a: argparse.Namespace) -> int:
     from metacog_fast.finetune.dpo import DPOTrainConfig, train_dpo
 
-    print(json.dumps(train_dpo(a.pairs_dir, a.out, dataclass_from_args(DPOTrainConfig, a)), default=str))
+    print(json.dumps(train_dpo(a.pairs_dir, a.out, config_from_args(Flags(DPOTrainConfig), a)), default=str))
     return 0
 
 
-def attach(subparsers: Any) -> argparse.ArgumentParser:
-    from metacog_fast.cli.commands import EXTERNAL_COMMANDS
+def attach(p: argparse.ArgumentParser) -> None:
+    """Fills ``metacog finetune`` (:mod:`metacog_fast.cli.commands`)."""
     from metacog_fast.finetune.data import DataConfig
 
-    p = subparsers.add_parser("finetune", help=EXTERNAL_COMMANDS["finetune"].help)
     sub = p.add_subparsers(dest="finetune_cmd", required=True, metavar="{data,sft,export,eval,compare,reflections,dpo}")
     d = sub.add_parser("data", help="play expert walkthroughs (and add our agents' wins) into an SFT dataset")
     d.add_argument("--out", required=True, help="dataset folder (resumed when it exists)")
     d.add_argument("--games-dir", default=None,
                    help="folder of played walkthroughs, shareable between datasets (default OUT/games)")
-    add_dataclass_arguments(d, DataConfig)
+    add_config_flags(d, Flags(DataConfig))
     d.set_defaults(func=_data)
     from metacog_fast.finetune.sft import SFTConfig
 
     s = sub.add_parser("sft", help="LoRA / full SFT of the actor on a dataset (resumable)")
     s.add_argument("--data-dir", required=True, help="dataset folder written by `metacog finetune data`")
     s.add_argument("--out", required=True, help="training folder (checkpoints, log; resumed when it exists)")
-    add_dataclass_arguments(s, SFTConfig)
+    add_config_flags(s, Flags(SFTConfig))
     s.set_defaults(func=_sft)
     from metacog_fast.finetune.evaluate import EvalConfig
     from metacog_fast.finetune.export import ExportConfig
@@ -90,11 +89,11 @@ def attach(subparsers: Any) -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="export a trained checkpoint to GGUF for the embedded llama.cpp backend")
     e.add_argument("--checkpoint", required=True, help="training folder (its final or latest checkpoint)")
     e.add_argument("--out", required=True, help="model folder: model.json + the GGUF file")
-    add_dataclass_arguments(e, ExportConfig)
+    add_config_flags(e, Flags(ExportConfig))
     e.set_defaults(func=_export)
     v = sub.add_parser("eval", help="an actor as a ReAct agent on ALFWorld games: success with Wilson intervals")
     v.add_argument("--out", required=True, help="evaluation folder (resumed when it exists)")
-    add_dataclass_arguments(v, EvalConfig)
+    add_config_flags(v, Flags(EvalConfig))
     v.set_defaults(func=_eval)
     c = sub.add_parser("compare", help="game-paired comparison of two evaluation folders (McNemar, bootstrap)")
     c.add_argument("a", help="evaluation folder A")
@@ -106,11 +105,10 @@ def attach(subparsers: Any) -> argparse.ArgumentParser:
     r = sub.add_parser("reflections", help="sample reflections on failed attempts and play the next attempt "
                                            "after each: DPO pairs and reflection quality (resumable)")
     r.add_argument("--out", required=True, help="collection folder (resumed when it exists)")
-    add_dataclass_arguments(r, ReflectionDataConfig)
+    add_config_flags(r, Flags(ReflectionDataConfig))
     r.set_defaults(func=_reflections)
     o = sub.add_parser("dpo", help="DPO of the reflector (LoRA) on collected pairs (resumable)")
     o.add_argument("--pairs-dir", required=True, help="collection folder written by `metacog finetune reflections`")
     o.add_argument("--out", required=True, help="training folder (checkpoints, log; resumed when it exists)")
-    add_dataclass_arguments(o, DPOTrainConfig)
+    add_config_flags(o, Flags(DPOTrainConfig))
     o.set_defaults(func=_dpo)
-    return p

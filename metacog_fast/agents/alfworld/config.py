@@ -128,3 +128,30 @@ class RunConfig:
         if unknown:
             raise ValueError(f"run config: unknown fields {sorted(unknown)}")
         return cls(**d, agent_config=ac)
+
+
+@dataclass
+class PretrainConfig:
+    """MUSE pre-deployment on ALFWorld (``metacog pretrain alfworld``): Reflexion episodes on a
+    split, then M_sa trained on their chunks (``protocol.pretrain``)."""
+
+    split: str = "valid_seen"
+    """Pre-deployment split (its games are not the deployment games)."""
+    tasks: int = 6
+    """Games, taken round-robin over the task types."""
+    episodes: int = 2
+    """Reflexion episodes per game."""
+    expert_positives: bool = True
+    """Add expert walkthrough chunks as positives of M_sa."""
+    epochs: int | None = None
+    """M_sa training epochs (None: ScorerConfig's)."""
+    train_only: bool = False
+    """Skip the collection; train M_sa on the episodes already recorded under OUT/collect."""
+
+    def validate(self) -> "PretrainConfig":
+        for name in ("tasks", "episodes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+        if self.epochs is not None and self.epochs < 1:
+            raise ValueError(f"epochs: expected >= 1 or None, got {self.epochs}")
+        return self

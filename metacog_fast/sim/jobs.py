@@ -1,0 +1,121 @@
+"""What the ``metacog sim`` commands run, as plain functions of configuration dataclasses: one
+simulation, an ablation over module sets, the text report of a run or an ablation folder, and the
+tiny run of ``metacog demo``."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from metacog_fast.agents.generative import AgentConfig, Features
+from metacog_fast.sim.runner import DEFAULT_ABLATION, RunOptions
+
+
+@dataclass
+class SimLLMOptions:
+    """Which LLM the town's agents think with."""
+
+    llm: str | None = None
+    """LLM URI (None: the embedded SmolLM2 via llama.cpp; or http://host:port/v1)."""
+    llm_threads: int | None = None
+    """Threads of the embedded model (None: llama.cpp's choice)."""
+
+
+@dataclass
+class AblationOptions:
+    """The module sets an ablation compares and how many runs each gets."""
+
+    configs: tuple[str, ...] = DEFAULT_ABLATION
+    """Module sets (``sim.runner.CONFIGS``): all, no_metacognition, memory_only, no_memory, none."""
+    runs: int = 3
+    """Runs per configuration (seeds seed .. seed+runs-1)."""
+
+    def validate(self) -> "AblationOptions":
+        from metacog_fast.sim.runner import CONFIGS
+
+        unknown = [c for c in self.configs if c not in CONFIGS]
+        if unknown or not self.configs:
+            raise ValueError(f"configs: expected some of {', '.join(CONFIGS)}, got {list(self.configs)}")
+        if self.runs < 1:
+            raise ValueError(f"runs: expected >= 1, got {self.runs}")
+        return self
+
+
+def _progress_line(sim: Any) -> None:
+    alive = sum(a.alive for a in sim.agents)
+    print(f"step {sim.step_no}: {alive}/{len(sim.agents)} alive, LLM calls {sim.llm.cost.calls}", flush=True)
+
+
+def simulate(opts: RunOptions, features: Features, out_dir: str, llm_opts: SimLLMOptions | None = None,
+             agent_config: AgentConfig | None = None,
+             progress: Callable[[Any], None] | None = _progress_line) -> dict[str, Any]:
+    """One run into ``out_dir`` (run.json, evaluation.json, viewer.html); returns its summary."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from metacog_fast.sim.runner import open_resources, run_once
+
+    lo = llm_opts or SimLLMOptions()
+    llm, enc = open_resources(lo.llm, lo.llm_threads)
+    try:
+        return run_once(opts, features, out_dir, llm, enc, agent_config or AgentConfig(), progress=progress)
+    finally:
+        llm.llm.close()
+
+
+def run_ablation(opts: RunOptions, ablation: AblationOptions, out_dir: str, llm_opts: SimLLMOptions | None = None,
+                 agent_config: AgentConfig | None = None) -> dict[str, Any]:
+    """``ablation.runs`` runs of each module set into ``out_dir`` (ablation.json / .md); returns the document."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from metacog_fast.sim.runner import ablate, open_resources
+
+    ablation.validate()
+    lo = llm_opts or SimLLMOptions()
+    llm, enc = open_resources(lo.llm, lo.llm_threads)
+    try:
+        return ablate(opts, out_dir, llm, enc, tuple(ablation.configs), ablation.runs, agent_config or AgentConfig())
+    finally:
+        llm.llm.close()
+
+
+def report(path: str) -> str:
+    """Text summary of a run (and a rewritten viewer.html) or of an ablation folder."""
+    from metacog_fast.sim.viewer import write_viewer
+
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "run.json")) and any(
+            os.path.isfile(os.path.join(path, d, "summary.json")) for d in os.listdir(path)):
+        from metacog_fast.sim.runner import CONFIGS, markdown_table, reaggregate
+
+        present = tuple(c for c in CONFIGS if os.path.isfile(os.path.join(path, f"{c}_run0", "summary.json")))
+        return markdown_table(reaggregate(path, present))
+    run_path = os.path.join(path, "run.json") if os.path.isdir(path) else path
+    if not os.path.isfile(run_path):
+        raise FileNotFoundError(f"{path}: expected a run folder with run.json, a run.json, or an ablation folder")
+    try:
+        with open(run_path, encoding="utf-8") as f:
+            run = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{run_path}: malformed JSON ({e.msg} at line {e.lineno})") from None
+    folder = os.path.dirname(os.path.abspath(run_path))
+    write_viewer(run, os.path.join(folder, "viewer.html"))
+    m = run.get("metrics", {})
+    lines = [f"scenario {run['scenario']['name']} seed {run['scenario']['seed']} features {run['config']['features']}",
+             f"steps {m.get('steps')}, alive {m.get('alive')}/{m.get('agents')}, meta_cognize runs {m.get('meta_cognize_runs')}"]
+    for key in ("survival_rate", "attendance_rate", "culprit", "llm_cost", "timing_ms"):
+        if key in m:
+            lines.append(f"{key}: {json.dumps(m[key])}")
+    ev = os.path.join(folder, "evaluation.json")
+    if os.path.isfile(ev):
+        with open(ev, encoding="utf-8") as f:
+            j = json.load(f).get("judge", {})
+        lines.append("judge: " + ", ".join(f"{k}={v['score']}" for k, v in j.items() if k != "mean"))
+    for a in run["agents"]:
+        lines.append(f"- {a['name']} ({a['role']}, {'alive' if a['alive'] else 'dead'}): goal '{a['goal']}', "
+                     f"strategy '{a['strategy']}', {len(a['questions'])} questions")
+    lines.append(f"viewer: {os.path.join(folder, 'viewer.html')}")
+    return "\n".join(lines)
+
+
+def demo_part(out_dir: str, llm_uri: str | None = None, agents: int = 2, steps: int = 2) -> dict[str, Any]:
+    """A tiny end-to-end zombie run (all modules, judge included) for the package demo; returns its summary."""
+    return simulate(RunOptions(scenario="zombie", agents=agents, steps=steps), Features(), out_dir,
+                    SimLLMOptions(llm=llm_uri), AgentConfig(progress_every=1), progress=None)
