@@ -33,7 +33,7 @@ def test_folder_refuses_a_different_configuration_but_not_ignored_fields(tmp_pat
     RunFolder(tmp_path, {"a": 1, "workers": 1, "agent": {"seed": 0}}, ignore=("workers",), extra={"games": [1]})
     RunFolder(tmp_path, {"a": 1, "workers": 4, "agent": {"seed": 0}}, ignore=("workers",))  # resumable
     doc = json.loads((tmp_path / "config.json").read_text())
-    assert doc["config"]["workers"] == 4 and doc["games"] == [1]  # extra kept across resumes
+    assert doc["config"]["workers"] == 4 and doc["games"] == [1]  # extra kept from the first snapshot
     with pytest.raises(ValueError, match=r"different configuration \(fields \['a', 'agent.seed'\]\)"):
         RunFolder(tmp_path, {"a": 2, "workers": 1, "agent": {"seed": 1}}, ignore=("workers",))
     with pytest.raises(ValueError, match="key"):

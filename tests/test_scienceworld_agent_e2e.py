@@ -65,6 +65,8 @@ def test_one_episode_per_configuration(run) -> None:
     with open(os.path.join(out, "memory", "warmup", "find-plant.sqlite.done.json")) as f:
         warm = json.load(f)
     assert len(warm["episodes"]) == 1 and warm["records"] == warm["episodes"][0]["mechanisms"]["memory_writes"]
+    for c in ("warmup", "amm", "full"):  # memory stores came back from the task into the run folder
+        assert os.path.getsize(os.path.join(out, "memory", c, "find-plant.sqlite")) > 0
 
 
 def test_resume_runs_nothing_twice_and_rejects_other_configs(run) -> None:

@@ -39,7 +39,8 @@ _MISSING = object()
 class RunFolder:
     """One run's folder. ``config`` is the JSON-able configuration; opening a folder that holds
     a snapshot whose fields differ (other than ``ignore``: fields that do not change results, such
-    as the worker count) raises ValueError naming the fields. ``extra`` goes into the snapshot too."""
+    as the worker count) raises ValueError naming the fields. ``extra`` goes into the snapshot when
+    the folder is created (a resumed folder keeps its own)."""
 
     def __init__(self, path: str | os.PathLike, config: Mapping[str, Any], *, ignore: Iterable[str] = (),
                  extra: Mapping[str, Any] | None = None, snapshot: str = "config.json") -> None:
@@ -57,7 +58,7 @@ class RunFolder:
                 raise ValueError(f"{self.snapshot_path}: the run folder holds a different configuration "
                                  f"(fields {diff}); use another folder, or the same configuration to resume")
         self.root.mkdir(parents=True, exist_ok=True)
-        doc = {**(previous or {}), **(extra or {}), "config": self.config}
+        doc = {**(extra or {}), **(previous or {}), "config": self.config}  # extra: set when created
         write_json_atomic(self.snapshot_path, doc)
 
     def read_snapshot(self) -> dict[str, Any] | None:

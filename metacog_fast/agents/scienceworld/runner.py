@@ -1,18 +1,23 @@
 """The protocol: gold paths of train variations -> ranker; per task: AMM warm-up on train
 variations, then every configuration on test variations. One episode = one JSON file; a run
-folder resumes where it stopped. Tasks are spread over worker processes (one JVM and one LLM each).
+folder resumes where it stopped. It goes through the one harness (``metacog_fast.runs``,
+docs/runs.md): a prepare task per ScienceWorld task (its variations and gold states), the
+ranker trained on the driver, then one task per ScienceWorld task (its AMM memories are shared
+by its episodes); tasks run in this process, local worker processes (one JVM and one LLM each)
+or on Ray.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from metacog_fast.agents.scienceworld.config import CONFIG_NAMES, config_for
-from metacog_fast.agents.scienceworld.store import episode_path, read_json, write_json
+from metacog_fast.agents.scienceworld.store import write_json
+from metacog_fast.runs import ExecutorConfig, Record, RunFolder, SideFile, Task, run_tasks
 from metacog_fast.agents.scienceworld.swift import GoldExample, LLMSwift, RankerModel, RankerSwift, train_ranker
 
 if TYPE_CHECKING:
@@ -46,7 +51,7 @@ class RunConfig:
     swift: str = "ranker"
     """Swift proposer: ranker or llm."""
     workers: int = 1
-    """Worker processes (tasks are spread over them)."""
+    """Worker processes (tasks are spread over them); ``ExecutorConfig.workers`` overrides it."""
     llm: str | None = None
     """LLM URI (None: $METACOG_LLM, then the embedded SmolLM2-135M)."""
     n_threads: int = 1
@@ -124,44 +129,40 @@ def collect_gold(task: int, n_variations: int, step_limit: int = 200) -> list[Go
     return out
 
 
-def _gold_worker(args: tuple[str, int, int]) -> str:
-    run, task, n = args
-    path = os.path.join(run, "gold", f"task{task:02d}.json")
-    if not os.path.exists(path):
-        ex = collect_gold(task, n)
-        write_json(path, [asdict(e) for e in ex])
-    return path
+# ------------------------------------------------------------------ harness tasks
+def plan_key(name: str) -> str:
+    """Record of a task's variations (written by the prepare phase)."""
+    return f"tasks/{name}"
 
 
-def ensure_ranker(run: str, cfg: RunConfig, pool: Any) -> RankerModel:
-    path = os.path.join(run, "ranker.npz")
-    if os.path.exists(path):
-        return RankerModel.load(path)
-    paths = list(pool.imap_unordered(_gold_worker, [(run, t, cfg.train_variations) for t in cfg.tasks]))
-    examples = [GoldExample(**e) for p in sorted(paths) for e in read_json(p)]
-    model, stats = train_ranker(examples)
-    model.save(path)
-    write_json(os.path.join(run, "ranker_train.json"), stats)
-    return model
+def gold_key(task: int) -> str:
+    return f"gold/task{task:02d}"
 
 
-# ------------------------------------------------------------------ episodes
-_WORKER: dict[str, Any] = {}
+def warmup_key(name: str) -> str:
+    return f"memory/warmup/{name}.sqlite.done"
 
 
-def _llm(cfg: RunConfig) -> Any:
-    if "llm" not in _WORKER:
-        from metacog_fast.llm import open_llm
-
-        opts = {"n_threads": cfg.n_threads} if (cfg.llm is None or cfg.llm.startswith("llama-cpp")) else {}
-        _WORKER["llm"] = open_llm(cfg.llm, **opts)
-    return _WORKER["llm"]
+def episode_key(config: str, name: str, variation: int) -> str:
+    return f"episodes/{config}/{name}__{variation}"
 
 
-def make_swift(kind: str, run: str, llm: LLM) -> RankerSwift | LLMSwift:
-    if kind == "ranker":
-        return RankerSwift(RankerModel.load(os.path.join(run, "ranker.npz")))
-    return LLMSwift(llm)
+def prepare_task(payload: dict[str, Any], done: Mapping[str, Any], workdir: Path) -> Iterator[Record]:
+    """Task function: a task's train and test variations, and (ranker proposer) the states along
+    the gold paths of its first ``train_variations`` train variations."""
+    from metacog_fast.envs import make_env
+    from metacog_fast.envs.scienceworld_env import resolve_task
+
+    task, name = payload["task"], resolve_task(payload["task"])
+    if plan_key(name) not in done:
+        test = make_env("scienceworld", task=task, split="test", step_limit=SIMULATOR_STEP_LIMIT)
+        try:
+            test_vars = test.variations
+        finally:
+            test.close()
+        yield Record(plan_key(name), {"task": name, "index": task, "test_variations": test_vars})
+    if payload["gold"] and gold_key(task) not in done:
+        yield Record(gold_key(task), [asdict(e) for e in collect_gold(task, payload["train_variations"])])
 
 
 def _open_store(path: str) -> Any:
@@ -170,36 +171,63 @@ def _open_store(path: str) -> Any:
     return MemoryStore.open(path, dim=384, synchronous="NORMAL", num_threads=1)
 
 
-def _copy_store(src: str, dst: str) -> None:
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
+def _store_files(path: str) -> list[str]:
+    """A closed store's files: the SQLite database and its HNSW index."""
+    return [path + s for s in ("", ".hnsw", ".hnsw.json")]
+
+
+def _side_files(workdir: Path, path: str) -> list[SideFile]:
+    return [f for p in _store_files(path) for f in SideFile.collect(workdir, p)]
+
+
+def _copy_store(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
     for suffix in ("", ".hnsw", ".hnsw.json"):
-        if os.path.exists(src + suffix):
-            shutil.copyfile(src + suffix, dst + suffix + ".part")
-            os.replace(dst + suffix + ".part", dst + suffix)
+        if os.path.exists(f"{src}{suffix}"):
+            shutil.copyfile(f"{src}{suffix}", f"{dst}{suffix}")
 
 
-def _task_worker(args: tuple[str, RunConfig, int]) -> dict[str, Any]:
+_WORKER: dict[str, Any] = {}
+
+
+def _llm(cfg: RunConfig) -> Any:
+    """The worker process's LLM, opened once and kept for its later tasks."""
+    if "llm" not in _WORKER:
+        from metacog_fast.llm import open_llm
+
+        opts = {"n_threads": cfg.n_threads} if (cfg.llm is None or cfg.llm.startswith("llama-cpp")) else {}
+        _WORKER["llm"] = open_llm(cfg.llm, **opts)
+    return _WORKER["llm"]
+
+
+def make_swift(kind: str, workdir: str | Path, llm: LLM) -> RankerSwift | LLMSwift:
+    if kind == "ranker":
+        return RankerSwift(RankerModel.load(os.path.join(workdir, "ranker.npz")))
+    return LLMSwift(llm)
+
+
+def play_task(payload: dict[str, Any], done: Mapping[str, Any], workdir: Path) -> Iterator[Record | SideFile]:
+    """Task function: one task's AMM warm-up (train variations), then every configuration on its
+    test variations. Memory stores live in ``workdir`` (the run folder's copies come in as the
+    task's inputs) and go back to the run folder before each record."""
     from metacog_fast.agents.scienceworld.agent import run_episode
     from metacog_fast.agents.scienceworld.amm import AMM
     from metacog_fast.envs import make_env
-    from metacog_fast.envs.scienceworld_env import resolve_task
 
-    run, cfg, task = args
-    name = resolve_task(task)
+    cfg = RunConfig(**payload["config"])
+    task, name, variations = payload["task"], payload["name"], payload["variations"]
     llm = _llm(cfg)
-    swift = make_swift(cfg.swift, run, llm)
-    done: list[str] = []
-    t0 = time.perf_counter()
-    warm_path = os.path.join(run, "memory", "warmup", f"{name}.sqlite")
-    warm_marker = warm_path + ".done.json"
-    if any(config_for(c).use_amm for c in cfg.configs) and not os.path.exists(warm_marker):
+    swift = make_swift(cfg.swift, workdir, llm)
+    warm_rel = f"memory/warmup/{name}.sqlite"
+    warm_path = workdir / warm_rel
+    if any(config_for(c).use_amm for c in cfg.configs) and warmup_key(name) not in done:
         env = make_env("scienceworld", task=task, split="train", step_limit=SIMULATOR_STEP_LIMIT)
         try:
-            for p in (warm_path, warm_path + ".hnsw", warm_path + ".hnsw.json"):
+            for p in _store_files(str(warm_path)):
                 if os.path.exists(p):
                     os.unlink(p)
-            os.makedirs(os.path.dirname(warm_path), exist_ok=True)
-            store = _open_store(warm_path)
+            warm_path.parent.mkdir(parents=True, exist_ok=True)
+            store = _open_store(str(warm_path))
             vs = env.variations
             # train variations after the ones used for the ranker's gold paths
             warm_vars = [vs[(cfg.train_variations + i) % len(vs)] for i in range(cfg.warmup_per_task)]
@@ -209,67 +237,86 @@ def _task_worker(args: tuple[str, RunConfig, int]) -> dict[str, Any]:
                 res = run_episode(env, acfg, swift, llm, v, AMM(store, name, acfg.memory_k, cfg.memory_embed), "warmup")
                 results.append(res.as_dict())
             store.close()
-            write_json(warm_marker, {"episodes": results, "records": sum(r["mechanisms"]["memory_writes"] for r in results)})
         finally:
             env.close()
+        yield from _side_files(workdir, warm_rel)
+        yield Record(warmup_key(name), {"episodes": results,
+                                        "records": sum(r["mechanisms"]["memory_writes"] for r in results)})
     env = make_env("scienceworld", task=task, split="test", step_limit=SIMULATOR_STEP_LIMIT)
     try:
-        for v in env.variations[: cfg.variations]:
+        for v in variations:
             for c in cfg.configs:
-                path = episode_path(run, c, name, v)
-                if os.path.exists(path):
+                key = episode_key(c, name, v)
+                if key in done:
                     continue
                 acfg = config_for(c, swift=cfg.swift, max_steps=cfg.max_steps, budget_factor=cfg.budget_factor)
-                amm = None
-                store = None
+                amm = store = None
+                rel = f"memory/{c}/{name}.sqlite"
                 if acfg.use_amm:
                     # each AMM configuration continues from its own copy of the warm-up memory
-                    sp = os.path.join(run, "memory", c, f"{name}.sqlite")
-                    if not os.path.exists(sp):
-                        _copy_store(warm_path, sp)
-                    store = _open_store(sp)
+                    if not (workdir / rel).exists():
+                        _copy_store(warm_path, workdir / rel)
+                    store = _open_store(str(workdir / rel))
                     amm = AMM(store, name, acfg.memory_k, cfg.memory_embed)
                 try:
                     res = run_episode(env, acfg, swift, llm, v, amm, c)
                 finally:
                     if store is not None:
                         store.close()
-                write_json(path, res.as_dict())
-                done.append(path)
+                if store is not None:
+                    yield from _side_files(workdir, rel)
+                yield Record(key, res.as_dict())
     finally:
         env.close()
-    return {"task": name, "episodes": len(done), "seconds": time.perf_counter() - t0}
 
 
-class _Serial:
-    """The pool interface, in process (workers=1)."""
+def ensure_ranker(folder: RunFolder, cfg: RunConfig) -> RankerModel:
+    """The imitation ranker, trained on the driver from the gold records (once per run)."""
+    path = folder.root / "ranker.npz"
+    if path.exists():
+        return RankerModel.load(str(path))
+    examples = [GoldExample(**e) for t in sorted(cfg.tasks) for e in folder.read(gold_key(t))]
+    model, stats = train_ranker(examples)
+    model.save(str(path))
+    write_json(str(folder.root / "ranker_train.json"), stats)
+    return model
 
-    @staticmethod
-    def imap_unordered(fn: Any, jobs: list[Any]) -> Any:
-        return map(fn, jobs)
 
+def run_protocol(run: str, cfg: RunConfig, executor: ExecutorConfig | None = None) -> dict[str, Any]:
+    """Run (or resume) ``cfg`` into folder ``run``; returns a small summary. ``executor``: where
+    the tasks run (default: in this process for ``cfg.workers`` = 1, else that many local processes)."""
+    from metacog_fast.envs.scienceworld_env import resolve_task
 
-def run_protocol(run: str, cfg: RunConfig) -> dict[str, Any]:
-    """Run (or resume) ``cfg`` into folder ``run``; returns a small summary."""
     cfg.validate()
-    os.makedirs(run, exist_ok=True)
-    meta_path = os.path.join(run, "run.json")
-    if os.path.exists(meta_path):
-        prev = read_json(meta_path)["config"]
-        if prev != asdict(cfg):
-            raise ValueError(f"run: {run} was started with a different configuration {prev}; use a new folder")
-    else:
-        write_json(meta_path, {"config": asdict(cfg), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    folder = RunFolder(run, asdict(cfg), ignore=("workers",), snapshot="run.json",
+                       extra={"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     t0 = time.perf_counter()
-    jobs = [(run, cfg, t) for t in cfg.tasks]
-    if cfg.workers == 1:
-        if cfg.swift == "ranker":
-            ensure_ranker(run, cfg, _Serial())
-        out = [_task_worker(j) for j in jobs]
-    else:
-        ctx = mp.get_context("spawn")
-        with ctx.Pool(cfg.workers) as pool:
-            if cfg.swift == "ranker":
-                ensure_ranker(run, cfg, pool)
-            out = list(pool.imap_unordered(_task_worker, jobs))
-    return {"tasks": out, "seconds": time.perf_counter() - t0}
+    gold = cfg.swift == "ranker" and not (folder.root / "ranker.npz").exists()
+    names = {t: resolve_task(t) for t in cfg.tasks}
+    prep = [Task(f"prepare/{t}", {"task": t, "gold": gold, "train_variations": cfg.train_variations},
+                 (plan_key(names[t]),) + ((gold_key(t),) if gold else ())) for t in cfg.tasks]
+    run_tasks(folder, prep, prepare_task, executor, family_workers=cfg.workers, desc="scienceworld/prepare")
+    if cfg.swift == "ranker":
+        ensure_ranker(folder, cfg)
+    uses_amm = any(config_for(c).use_amm for c in cfg.configs)
+    tasks = []
+    for t in cfg.tasks:
+        name = names[t]
+        variations = folder.read(plan_key(name))["test_variations"][: cfg.variations]
+        keys = ((warmup_key(name),) if uses_amm else ()) + tuple(
+            episode_key(c, name, v) for v in variations for c in cfg.configs)
+        inputs = ("ranker.npz",) + tuple(p for c in ("warmup", *cfg.configs)
+                                         for p in _store_files(f"memory/{c}/{name}.sqlite"))
+        tasks.append(Task(name, {"config": asdict(cfg), "task": t, "name": name, "variations": variations},
+                          keys, inputs=inputs))
+    played: dict[str, int] = {}
+
+    def count(key: str, _rec: Any) -> None:
+        if key.startswith("episodes/"):
+            name = key.rsplit("/", 1)[1].rsplit("__", 1)[0]
+            played[name] = played.get(name, 0) + 1
+
+    summary = run_tasks(folder, tasks, play_task, executor, family_workers=cfg.workers, desc="scienceworld",
+                        on_record=count)
+    return {"tasks": [{"task": names[t], "episodes": played.get(names[t], 0)} for t in cfg.tasks],
+            "seconds": time.perf_counter() - t0, "harness": summary.as_dict()}
