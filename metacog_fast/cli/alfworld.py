@@ -2,7 +2,8 @@
 
 Flags come from :class:`~metacog_fast.agents.alfworld.config.RunConfig`,
 :class:`~metacog_fast.agents.alfworld.config.AgentConfig` and
-:class:`~metacog_fast.agents.alfworld.config.PretrainConfig`; folders are plain arguments.
+:class:`~metacog_fast.agents.alfworld.config.PretrainConfig` and
+:class:`~metacog_fast.runs.ExecutorConfig` (where the task-type groups run); folders are plain arguments.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 
 from metacog_fast.agents.alfworld.config import AGENT_NAMES, MAP_MODES, AgentConfig, PretrainConfig, RunConfig
 from metacog_fast.cli.dataclass_args import Flags, add_config_flags, config_from_args
+from metacog_fast.cli.executor import EXECUTOR_FLAGS
 
 AGENT_FLAGS = Flags(AgentConfig, choices={"map_actions": MAP_MODES})
 """Per-episode behaviour, shared by ``run`` and ``pretrain``."""
@@ -28,7 +30,7 @@ def _fewshot_arg(p: argparse.ArgumentParser) -> None:
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_flags(p, RUN_FLAGS, AGENT_FLAGS)
+    add_config_flags(p, RUN_FLAGS, AGENT_FLAGS, EXECUTOR_FLAGS)
     p.add_argument("--out", required=True, help="run folder (resumed when it exists)")
     _fewshot_arg(p)
 
@@ -39,15 +41,15 @@ def run_config(a: argparse.Namespace) -> RunConfig:
 
 
 def run_cmd(a: argparse.Namespace) -> int:
-    cfg = run_config(a)
+    cfg, executor = run_config(a), config_from_args(EXECUTOR_FLAGS, a)
     from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT, run_protocol
 
-    print(json.dumps(run_protocol(a.out, cfg, a.fewshot or DEFAULT_FEWSHOT)))
+    print(json.dumps(run_protocol(a.out, cfg, a.fewshot or DEFAULT_FEWSHOT, executor=executor)))
     return 0
 
 
 def add_pretrain_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_flags(p, PRETRAIN_FLAGS, PRETRAIN_LLM_FLAGS, AGENT_FLAGS)
+    add_config_flags(p, PRETRAIN_FLAGS, PRETRAIN_LLM_FLAGS, AGENT_FLAGS, EXECUTOR_FLAGS)
     p.add_argument("--out", required=True, help="output folder (collect/, scorer/, pretrain.json)")
     _fewshot_arg(p)
 
@@ -56,12 +58,13 @@ def pretrain_cmd(a: argparse.Namespace) -> int:
     pc = config_from_args(PRETRAIN_FLAGS, a)
     agent = config_from_args(AGENT_FLAGS, a)
     run = _pretrain_run(a)
+    executor = config_from_args(EXECUTOR_FLAGS, a)
     from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT, pretrain
 
     facts = pretrain(a.out, games=pc.tasks, episodes=pc.episodes, split=pc.split, data=run.data,
                      expert_positives=pc.expert_positives, agent_config=agent, llm=run.llm, n_threads=run.n_threads,
                      workers=run.workers, epochs=pc.epochs, fewshot=a.fewshot or DEFAULT_FEWSHOT,
-                     train_only=pc.train_only, n_ctx=run.n_ctx)
+                     train_only=pc.train_only, n_ctx=run.n_ctx, executor=executor)
     print(json.dumps(facts))
     return 0
 

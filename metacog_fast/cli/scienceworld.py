@@ -1,6 +1,7 @@
 """``metacog run scienceworld`` and ``metacog report scienceworld <run>``.
 
-Flags come from :class:`metacog_fast.agents.scienceworld.runner.RunConfig`; folders are plain arguments.
+Flags come from :class:`metacog_fast.agents.scienceworld.runner.RunConfig` and
+:class:`~metacog_fast.runs.ExecutorConfig`; folders are plain arguments.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 
 from metacog_fast.agents.scienceworld.config import CONFIG_NAMES
 from metacog_fast.cli.dataclass_args import Flags, add_config_flags, config_from_args
+from metacog_fast.cli.executor import EXECUTOR_FLAGS
 
 
 def parse_configs(text: str) -> list[str]:
@@ -32,15 +34,15 @@ def run_flags() -> Flags:
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_flags(p, run_flags())
+    add_config_flags(p, run_flags(), EXECUTOR_FLAGS)
     p.add_argument("--out", required=True, help="run folder (resumed when it exists)")
 
 
 def run_cmd(a: argparse.Namespace) -> int:
-    cfg = config_from_args(run_flags(), a)
+    cfg, executor = config_from_args(run_flags(), a), config_from_args(EXECUTOR_FLAGS, a)
     from metacog_fast.agents.scienceworld.runner import run_protocol
 
-    print(json.dumps(run_protocol(a.out, cfg)))
+    print(json.dumps(run_protocol(a.out, cfg, executor=executor)))
     return 0
 
 
