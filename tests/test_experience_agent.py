@@ -235,8 +235,13 @@ def test_continuous_learning_resume(tmp_path):
     m2 = pt.continuous_learning(cfg, exp, llm=llm, log=lambda s: None)  # resumed: nothing left to run
     assert llm.usage.calls == n_calls and m2["rows"] == m["rows"]
     assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 1000
-    state = json.loads((tmp_path / "run" / "state.json").read_text())
-    assert state["done"] == [f"baseline/0/{GAME}", f"memory/1/{GAME}", f"memory/2/{GAME}"]
+    recs = [json.loads((tmp_path / "run" / "episodes" / k / f"{GAME}.json").read_text())
+            for k in ("baseline/0", "memory/1", "memory/2")]
+    assert [r["key"] for r in recs] == [f"baseline/0/{GAME}", f"memory/1/{GAME}", f"memory/2/{GAME}"]
+    assert "memory_after" not in recs[0] and recs[2]["memory_after"]["format"] == "metacog-experience-memory"
+    with pytest.raises(ValueError, match="different configuration"):  # a result-changing field differs
+        pt.continuous_learning(pt.ProtocolConfig(games=[str(GAME)], iterations=2, out=str(tmp_path / "run")),
+                               ExperienceConfig(episode_action_cap=4), llm=llm, log=lambda s: None)
     assert json.loads((tmp_path / "run" / "memory.json").read_text())["format"] == "metacog-experience-memory"
 
 

@@ -2,25 +2,31 @@
 memory, disjoint tasks) and cross-model (memory written by one LLM used by another), with episodes
 persisted and runs resumable.
 
-Run folder layout:
-  episodes.jsonl   one line per finished task: {"condition", "iteration", "game", ...TaskRecord}
-  state.json       {"done": [keys], "memory": <exported memory>} rewritten atomically after each task
-  memory.db(.hnsw) the same memories in the memory store
+Run folder layout (the one harness, ``metacog_fast.runs``; docs/runs.md):
+  config.json                                  protocol + experience configuration (a resumed run must match)
+  episodes/<condition>/<iteration>/<game>.json one record per finished task: {"key", "condition",
+                                               "iteration", "game_arg", ...TaskRecord, "memory_after"}
+  memory.db(.hnsw) the final memories in the memory store
   memory.json      readable export of the final memory
   metrics.json, learning_curve.png
+
+Baseline episodes are independent tasks; the memory (or frozen) condition is one ordered task,
+its memory after each episode kept in that episode's record, so a resumed run continues from
+the last record written.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from metacog_fast.agents.experience.agent import PlanExecuteAgent
 from metacog_fast.agents.experience.config import ExperienceConfig
 from metacog_fast.agents.experience.embed import make_embedder
-from metacog_fast.agents.experience.memory import ExperienceMemory, atomic_write_text, open_store
+from metacog_fast.agents.experience.memory import ExperienceMemory, open_store
 from metacog_fast.agents.experience.metrics import summarise, write_metrics
+from metacog_fast.runs import ExecutorConfig, Record, RunFolder, Task, run_tasks
 
 if TYPE_CHECKING:
     from metacog_fast.llm.protocol import LLM
@@ -71,109 +77,133 @@ def open_env(cfg: ProtocolConfig, game: str, env_steps: int = 100) -> tuple[Any,
     raise ValueError(f"env must be 'alfworld' or 'scienceworld', got {cfg.env!r}")
 
 
-class Run:
-    """A resumable protocol run in one folder."""
+Episode = tuple[str, int, str]
+"""(condition, iteration, game) of one task of a protocol."""
 
-    def __init__(self, cfg: ProtocolConfig, exp: ExperienceConfig | None = None, llm: LLM | None = None,
-                 log: Callable[[str], None] = print) -> None:
-        self.cfg, self.exp, self.log = cfg, exp or ExperienceConfig(), log
-        os.makedirs(cfg.out, exist_ok=True)
-        self.embed = make_embedder(cfg.embedder)
-        self.state_path = os.path.join(cfg.out, "state.json")
-        self.episodes_path = os.path.join(cfg.out, "episodes.jsonl")
-        self.memory = ExperienceMemory(self.exp, self.embed)
-        self.done: list[str] = []
-        if os.path.exists(self.state_path):
-            with open(self.state_path, encoding="utf-8") as f:
-                state = json.load(f)
-            self.done = list(state["done"])
-            self.memory.load_json(state["memory"], merge=False)
-            log(f"resuming: {len(self.done)} tasks already done")
-        elif cfg.memory_in:
-            self.memory.load_json(cfg.memory_in, merge=False)
-        if llm is None:
-            from metacog_fast.llm import open_llm
 
-            llm = open_llm(cfg.llm_uri, n_threads=cfg.n_threads) if (cfg.llm_uri or "llama-cpp").startswith(
-                "llama-cpp") else open_llm(cfg.llm_uri)
-        self.llm = llm
-        self.model = cfg.llm_uri or os.environ.get("METACOG_LLM", "llama-cpp://")
-        atomic_write_text(os.path.join(cfg.out, "config.json"),
-                          json.dumps({"protocol": asdict(cfg), "experience": asdict(self.exp)}, indent=2) + "\n")
+def record_key(condition: str, iteration: int, game: str) -> str:
+    """The harness key of an episode's record (``episodes/<condition>/<iteration>/<game>``)."""
+    if not game or "/" in game or game.startswith("."):
+        raise ValueError(f"games: expected an index or 'task:variation', got {game!r}")
+    return f"episodes/{condition}/{iteration}/{game}"
 
-    def episodes(self) -> list[dict[str, Any]]:
-        """Finished episodes (only those recorded in state.json; a line written before a crash is ignored)."""
-        if not os.path.exists(self.episodes_path):
-            return []
-        done = set(self.done)
-        out: dict[str, dict] = {}
-        with open(self.episodes_path, encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    d = json.loads(line)
-                    if d["key"] in done:
-                        out[d["key"]] = d
-        return list(out.values())
 
-    def run_one(self, condition: str, iteration: int, game: str, use_memory: bool, learn: bool) -> None:
-        key = f"{condition}/{iteration}/{game}"
-        if key in self.done:
-            return
-        exp = ExperienceConfig(**{**asdict(self.exp), "use_memory": use_memory, "learn": learn})
-        agent = PlanExecuteAgent(self.llm, self.cfg.env, self.memory if use_memory else None, exp,
-                                 run_id=os.path.basename(os.path.abspath(self.cfg.out)), model=self.model,
-                                 embed=self.embed)
-        env, opts = open_env(self.cfg, game, exp.episode_action_cap + exp.verify_step_allowance)
-        try:
-            rec = agent.run_task(env, **opts)
-        finally:
-            env.close()
-        line = {"key": key, "condition": condition, "iteration": iteration, "game_arg": game, **rec.as_dict()}
-        with open(self.episodes_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(line) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        self.done.append(key)
-        atomic_write_text(self.state_path, json.dumps({"done": self.done, "memory": self.memory.to_json()}) + "\n")
-        self.log(f"{key}: won={rec.won} actions={rec.env_actions} subtasks={rec.subtasks_flagged}/"
-                 f"{rec.subtasks_total} retries={rec.retries} tokens={rec.tokens} {rec.seconds:.0f}s "
-                 f"memory={rec.memory_sizes}")
+def _open_llm(cfg: ProtocolConfig) -> LLM:
+    from metacog_fast.llm import open_llm
 
-    def finish(self) -> dict[str, Any]:
-        self.memory.export_json(os.path.join(self.cfg.out, "memory.json"))
-        store = open_store(os.path.join(self.cfg.out, "memory.db"))
-        try:
-            self.memory.save(store)
-        finally:
-            store.close()
-        metrics = summarise(self.episodes())
-        write_metrics(metrics, self.cfg.out)
-        return metrics
+    if (cfg.llm_uri or "llama-cpp").startswith("llama-cpp"):
+        return open_llm(cfg.llm_uri, n_threads=cfg.n_threads)
+    return open_llm(cfg.llm_uri)
+
+
+def play_episodes(payload: dict[str, Any], done: Mapping[str, Any], workdir: Path,
+                  log: Callable[[str], None] | None = None) -> Iterator[Record]:
+    """Task function (``metacog_fast.runs``): play ``payload["episodes"]`` in order with one memory
+    (None for the baseline). A learning or frozen group's memory is the last finished record's
+    ``memory_after`` (else ``memory_in``), so a resumed group continues exactly where it stopped."""
+    cfg = ProtocolConfig(**payload["protocol"])
+    base = ExperienceConfig(**payload["experience"])
+    use_memory, learn = payload["use_memory"], payload["learn"]
+    log = log or payload.get("log") or (lambda s: print(s, flush=True))
+    embed = make_embedder(cfg.embedder)
+    memory = ExperienceMemory(base, embed) if use_memory else None
+    episodes = [tuple(e) for e in payload["episodes"]]
+    if memory is not None:
+        last = [done[k]["memory_after"] for k in (record_key(*e) for e in episodes) if k in done]
+        start = last[-1] if last else payload.get("memory_in")
+        if start is not None:
+            memory.load_json(start, merge=False)
+    llm = payload.get("llm") or _open_llm(cfg)
+    try:
+        for condition, iteration, game in episodes:
+            key = record_key(condition, iteration, game)
+            if key in done:
+                continue
+            exp = ExperienceConfig(**{**asdict(base), "use_memory": use_memory, "learn": learn})
+            agent = PlanExecuteAgent(llm, cfg.env, memory, exp, run_id=payload["run_id"], model=payload["model"],
+                                     embed=embed)
+            env, opts = open_env(cfg, game, exp.episode_action_cap + exp.verify_step_allowance)
+            try:
+                rec = agent.run_task(env, **opts)
+            finally:
+                env.close()
+            line = {"key": f"{condition}/{iteration}/{game}", "condition": condition, "iteration": iteration,
+                    "game_arg": game, **rec.as_dict()}
+            if memory is not None:
+                line["memory_after"] = memory.to_json()
+            yield Record(key, line)
+            log(f"{line['key']}: won={rec.won} actions={rec.env_actions} subtasks={rec.subtasks_flagged}/"
+                f"{rec.subtasks_total} retries={rec.retries} tokens={rec.tokens} {rec.seconds:.0f}s "
+                f"memory={rec.memory_sizes}")
+    finally:
+        if payload.get("llm") is None:
+            llm.close()
+
+
+def _run(cfg: ProtocolConfig, exp: ExperienceConfig | None, llm: LLM | None, log: Callable[[str], None],
+         executor: ExecutorConfig | None, baseline: list[Episode], group: list[Episode], group_condition: str,
+         learn: bool) -> dict[str, Any]:
+    """Baseline episodes as independent tasks, the memory episodes as one ordered task (they share
+    the memory); then memory.json, memory.db and the metrics from the records."""
+    exp = exp or ExperienceConfig()
+    if llm is not None and (executor or ExecutorConfig()).executor not in ("local", "inline"):
+        raise ValueError("llm: an LLM object runs in this process only; give ProtocolConfig.llm_uri to run "
+                         f"on executor {executor.executor!r}")
+    folder = RunFolder(cfg.out, {"protocol": asdict(cfg), "experience": asdict(exp)},
+                       ignore=("protocol.n_threads", "protocol.out", "protocol.iterations"))
+    memory_in = None
+    if cfg.memory_in:
+        probe = ExperienceMemory(exp, make_embedder(cfg.embedder))
+        probe.load_json(cfg.memory_in, merge=False)  # checked here, sent as JSON: no shared disk needed
+        memory_in = probe.to_json()
+    ex = executor or ExecutorConfig()
+    in_process = llm is not None or ex.executor == "inline" or (ex.executor == "local" and ex.resolved_workers(1) == 1)
+    common = {"protocol": asdict(cfg), "experience": asdict(exp), "llm": llm,
+              "log": log if in_process else None,  # a worker elsewhere logs to its own stdout
+              "run_id": os.path.basename(os.path.abspath(cfg.out)),
+              "model": cfg.llm_uri or os.environ.get("METACOG_LLM", "llama-cpp://")}
+    if llm is not None:
+        executor = ExecutorConfig(**{**asdict(executor or ExecutorConfig()), "executor": "inline"})
+    tasks = [Task(record_key(*e), {**common, "episodes": [e], "use_memory": False, "learn": False},
+                  (record_key(*e),)) for e in baseline]
+    if group:
+        tasks.append(Task(group_condition, {**common, "episodes": group, "use_memory": True, "learn": learn,
+                                            "memory_in": memory_in}, tuple(record_key(*e) for e in group)))
+    run_tasks(folder, tasks, play_episodes, executor, family_workers=1, desc=f"experience/{group_condition}")
+    order = baseline + group
+    episodes = [folder.read(record_key(*e)) for e in order]
+    memory = ExperienceMemory(exp, make_embedder(cfg.embedder))
+    last = [r["memory_after"] for r in episodes if "memory_after" in r]
+    if last or memory_in is not None:
+        memory.load_json(last[-1] if last else memory_in, merge=False)
+    memory.export_json(os.path.join(cfg.out, "memory.json"))
+    store = open_store(os.path.join(cfg.out, "memory.db"))
+    try:
+        memory.save(store)
+    finally:
+        store.close()
+    metrics = summarise([{k: v for k, v in r.items() if k != "memory_after"} for r in episodes])
+    write_metrics(metrics, cfg.out)
+    return metrics
 
 
 def continuous_learning(cfg: ProtocolConfig, exp: ExperienceConfig | None = None, llm: LLM | None = None,
-                        log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Baseline once (no memory), then ``iterations`` passes over the games with memory carried forward."""
-    run = Run(cfg, exp, llm, log)
-    if cfg.baseline:
-        for g in cfg.games:
-            run.run_one("baseline", 0, g, use_memory=False, learn=False)
-    for it in range(1, cfg.iterations + 1):
-        for g in cfg.games:
-            run.run_one("memory", it, g, use_memory=True, learn=True)
-    return run.finish()
+                        log: Callable[[str], None] = print, executor: ExecutorConfig | None = None) -> dict[str, Any]:
+    """Baseline once (no memory), then ``iterations`` passes over the games with memory carried forward.
+    ``llm``: an LLM object (runs in this process); else ``cfg.llm_uri`` is opened by each task.
+    ``executor``: where the tasks run (the baseline episodes are independent tasks)."""
+    baseline = [("baseline", 0, g) for g in cfg.games] if cfg.baseline else []
+    group = [("memory", it, g) for it in range(1, cfg.iterations + 1) for g in cfg.games]
+    return _run(cfg, exp, llm, log, executor, baseline, group, "memory", learn=True)
 
 
 def transfer(cfg: ProtocolConfig, exp: ExperienceConfig | None = None, llm: LLM | None = None,
-             log: Callable[[str], None] = print) -> dict[str, Any]:
+             log: Callable[[str], None] = print, executor: ExecutorConfig | None = None) -> dict[str, Any]:
     """Frozen memory (``cfg.memory_in``) used zero-shot on ``cfg.games`` (disjoint from where it was learnt),
     against the no-memory baseline on the same games. Also the cross-model protocol when ``cfg.llm_uri``
     names another backend than the one that wrote the memory (see each entry's provenance.model)."""
     if not cfg.memory_in:
         raise ValueError("transfer needs memory_in: an exported memory JSON")
-    run = Run(cfg, exp, llm, log)
-    for g in cfg.games:
-        if cfg.baseline:
-            run.run_one("baseline", 0, g, use_memory=False, learn=False)
-        run.run_one("frozen", 1, g, use_memory=True, learn=False)
-    return run.finish()
+    baseline = [("baseline", 0, g) for g in cfg.games] if cfg.baseline else []
+    group = [("frozen", 1, g) for g in cfg.games]
+    return _run(cfg, exp, llm, log, executor, baseline, group, "frozen", learn=False)
