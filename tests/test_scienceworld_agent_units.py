@@ -302,7 +302,8 @@ def test_report_pairs_episodes_across_configurations() -> None:
     assert dropped == 1 and len(kept["baseline"]) == 2
     s = summarise(kept["baseline"])
     assert s["score"] == 75.0 and s["success_pct"] == 50.0 and s["steps_at_succ"] == 10.0
-    assert s["groups"]["Medium"] == {"tasks": 1, "score": 75.0}
+    assert {k: s["groups"]["Medium"][k] for k in ("tasks", "score")} == {"tasks": 1, "score": 75.0}
+    assert s["groups"]["Medium"]["score_interval"] == {"mean": 75.0, "low": 75.0, "high": 75.0, "n": 1}
     assert abs(s["mechanisms"]["swift_executed_pct"] - 50.0) < 1e-9
     t = summarise(kept["srm"])
     assert t["score"] == 100.0 and t["success_pct"] == 100.0 and t["steps_at_succ"] == 7.0

@@ -4,12 +4,15 @@ tests, AUROC2 with a cluster-bootstrap interval and within task type, plots (doc
 from __future__ import annotations
 
 from metacog_fast.metrics.clustered import MIN_EPISODES, Auroc2ByType, Auroc2Result, auroc2_clustered, auroc2_within_types
+from metacog_fast.metrics.comparisons import comparisons_markdown, pairwise_comparisons
 from metacog_fast.metrics.intervals import (
     PairedDifference,
     RateInterval,
     compare_paired,
     format_p,
     mcnemar_exact,
+    mean_interval,
+    p_cell,
     paired_bootstrap,
     rate_with_interval,
     success_interval,
@@ -34,7 +37,11 @@ __all__ = [
     "auroc2_clustered",
     "auroc2_within_types",
     "compare_paired",
+    "comparisons_markdown",
     "format_p",
+    "mean_interval",
+    "p_cell",
+    "pairwise_comparisons",
     "plot_rates_with_intervals",
     "success_interval",
     "auroc2",

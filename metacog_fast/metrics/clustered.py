@@ -239,7 +239,9 @@ def auroc2_within_types(signal: Any, outcome: Any, episodes: Sequence[Hashable],
     in_pool = np.isin(ep_type, contributing)
     positives, negatives = int(((p > 0) & in_pool).sum()), int(((n > 0) & in_pool).sum())
     names = [str(ty_ids[t]) for t in contributing]
-    if positives < mn or negatives < mn:
+    if not contributing:
+        pooled = _undefined(0, 0, 0, mn, confidence, sd, "no task type has both a successful and a failed episode")
+    elif positives < mn or negatives < mn:
         pooled = _undefined(positives, negatives, int(in_pool[ep].sum()), mn, confidence, sd)
     else:
         same = ep_type[:, None] == ep_type[None, :]

@@ -7,6 +7,8 @@
   (games, tasks), resampling units with replacement; a percentile interval and a two-sided p-value.
   :func:`compare_paired` pairs two ``{unit id: value}`` mappings by id and returns a
   :class:`PairedDifference`.
+* :func:`mean_interval`: the mean of per-unit values (e.g. per-task scores) with a bootstrap
+  percentile interval over units.
 * :func:`mcnemar_exact`: the exact McNemar test of two paired binary outcomes (discordant pairs).
 
 p-value of the paired bootstrap: twice the smaller share of resampled mean differences on either
@@ -77,6 +79,19 @@ def paired_bootstrap(a: Any, b: Any, resamples: int = 10000, confidence: float =
     lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
     return {"diff": float(d.mean()), "low": float(lo), "high": float(hi), "p_value": bootstrap_p_value(means, d),
             "n": int(d.size)}
+
+
+def mean_interval(values: Any, resamples: int = 10000, confidence: float = 0.95, seed: int = 0) -> dict[str, float]:
+    """Mean of ``values`` [n] (one per unit: task, game, seed) with its bootstrap percentile interval
+    over units: {"mean", "low", "high", "n"}. With one unit the interval is that value."""
+    x = as_vector(values, "values")
+    B = check_resamples(resamples)
+    sd = check_seed(seed)
+    _z(confidence)
+    means = mean_replicates(x, unit_indices(x.size, B, sd))
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
+    return {"mean": float(x.mean()), "low": float(lo), "high": float(hi), "n": int(x.size)}
 
 
 def bootstrap_p_value(means: np.ndarray, d: np.ndarray) -> float:
@@ -164,11 +179,19 @@ class PairedDifference:
 
 def format_p(p: float | None, resamples: int) -> str:
     """``p = 0.031``, or ``p < 1e-04`` when no resample crossed 0 (below the bootstrap's resolution)."""
+    cell = p_cell(p, resamples)
+    return f"p {cell}" if cell.startswith("<") else f"p = {cell}"
+
+
+def p_cell(p: float | None, resamples: int) -> str:
+    """A p-value for a table cell: ``0.031``, ``0.0012``, ``1``, ``< 1e-04`` (p = 0), ``n/a``."""
     if p is None:
-        return "p = n/a"
+        return "n/a"
     if p == 0.0:
-        return f"p < {1.0 / resamples:.0e}"
-    return f"p = {p:.2g}" if p < 0.01 else f"p = {p:.3f}".rstrip("0").rstrip(".") if p < 1 else "p = 1"
+        return f"< {1.0 / resamples:.0e}"
+    if p >= 1.0:
+        return "1"
+    return f"{p:.2g}" if p < 0.01 else f"{p:.3f}".rstrip("0").rstrip(".")
 
 
 def compare_paired(a: Mapping[Hashable, float], b: Mapping[Hashable, float], resamples: int = 10000,

@@ -41,7 +41,11 @@ def plot_type2_roc(signal: Any, outcome: Any, path: str | os.PathLike, title: st
     return plot_type2_roc_curves({"": (signal, outcome)}, path, title, results={"": result} if result else None)
 
 
-def _roc_label(signal: Any, outcome: Any, result: Auroc2Result | None) -> str:
+def _roc_label(signal: Any, outcome: Any, result: Auroc2Result | Mapping[str, Any] | None) -> str:
+    if isinstance(result, Mapping):
+        from metacog_fast.metrics.clustered import Auroc2Result as _R
+
+        result = _R(**result)
     if result is None:
         return f"AUROC2 = {auroc2(signal, outcome):.3f}"
     if not result.defined:
@@ -51,9 +55,10 @@ def _roc_label(signal: Any, outcome: Any, result: Auroc2Result | None) -> str:
 
 
 def plot_type2_roc_curves(curves: Mapping[str, tuple[Any, Any]], path: str | os.PathLike,
-                          title: str = "Type-2 ROC", results: Mapping[str, Auroc2Result | None] | None = None) -> Path:
+                          title: str = "Type-2 ROC", results: Mapping[str, Any] | None = None) -> Path:
     """Several Type-2 ROC curves in one figure: ``{name: (signal [R], outcome [R])}``, AUROC2 of
-    each in the legend; ``results`` ({name: Auroc2Result}) adds the interval and episode counts."""
+    each in the legend; ``results`` ({name: Auroc2Result or its to_dict()}) adds the interval and
+    episode counts."""
     if not curves:
         raise ValueError("curves: expected at least one (signal, outcome) pair, got an empty mapping")
     fig, ax = _figure()

@@ -117,3 +117,85 @@ def expected_rating(logprobs: list[float]) -> float:
     m = max(logprobs)
     w = [math.exp(x - m) for x in logprobs]
     return round(sum((i + 1) * wi for i, wi in enumerate(w)) / sum(w), 4)
+
+
+ABLATION_PER_RUN = ("survival_rate", "attendance_rate", "culprit_rate", "judge_mean", "judge_expected")
+"""Per-run values compared between configurations, paired by seed."""
+
+
+def _rate_counts(m: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """metric -> (successes, trials) of one run's metrics: survivors / agents, guests who attended /
+    guests, agents who named the murderer / agents asked."""
+    out = {"survival": (int(m["alive"]), int(m["agents"]))}
+    if "attendance_rate" in m:
+        out["attendance"] = (len(m.get("attendance", [])), int(m["agents"]) - 1)
+    if "culprit" in m:
+        out["culprit"] = (len(m["culprit"]["named_culprit"]), int(m["culprit"]["asked"]))
+    return out
+
+
+def _per_run_value(s: dict[str, Any], key: str) -> float | None:
+    if key == "culprit_rate":
+        return s["metrics"]["culprit"]["rate"] if "culprit" in s["metrics"] else None
+    if key in ("judge_mean", "judge_expected"):
+        return s.get(key)
+    return s["metrics"].get(key)
+
+
+def ablation_statistics(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Intervals and paired comparisons of an ablation (docs/statistics.md).
+
+    ``results``: config -> run summaries (``summary.json`` of each ``<config>_run<i>``, with
+    ``seed`` and ``metrics``). Returns ``rates``: config -> {survival / attendance / culprit: Wilson
+    interval dict pooled over the config's runs (agents of one run are not independent, so read the
+    interval as optimistic)}; ``comparisons``: metric -> every pair of configs, paired by seed (the
+    runs of one seed share the town and its randomness)."""
+    from metacog_fast.metrics import pairwise_comparisons, wilson_interval
+
+    if not results:
+        raise ValueError("results: expected at least one configuration with runs, got none")
+    rates: dict[str, dict[str, Any]] = {}
+    for name, runs in results.items():
+        if not runs:
+            raise ValueError(f"results: configuration {name!r} has no runs")
+        tot: dict[str, list[int]] = {}
+        for s in runs:
+            for k, (ok, n) in _rate_counts(s["metrics"]).items():
+                t = tot.setdefault(k, [0, 0])
+                t[0], t[1] = t[0] + ok, t[1] + n
+        rates[name] = {}
+        for k, (ok, n) in tot.items():
+            lo, hi = wilson_interval(ok, n) if n else (None, None)
+            rates[name][k] = {"rate": ok / n if n else None, "low": lo, "high": hi, "successes": ok, "n": n,
+                              "runs": len(runs)}
+    comparisons: dict[str, list[dict[str, Any]]] = {}
+    for key in ABLATION_PER_RUN:
+        per_seed = {name: {s["seed"]: v for s in runs if (v := _per_run_value(s, key)) is not None}
+                    for name, runs in results.items()}
+        if len(per_seed) > 1 and all(per_seed.values()):
+            comparisons[key] = pairwise_comparisons(per_seed, key)
+    return {"rates": rates, "comparisons": comparisons}
+
+
+def ablation_statistics_markdown(stats: dict[str, Any]) -> str:
+    """The scenario rates with Wilson intervals, then the paired comparisons per metric."""
+    from metacog_fast.metrics import comparisons_markdown
+
+    kinds = list(dict.fromkeys(k for r in stats["rates"].values() for k in r))
+    L = ["", "## Scenario rates (Wilson 95 % interval, pooled over runs)", "",
+         "Agents of one run share a town, so they are not independent: read the intervals as optimistic.", "",
+         "| config | runs | " + " | ".join(kinds) + " |", "|---|---|" + "---|" * len(kinds)]
+    for name, r in stats["rates"].items():
+        cells = []
+        for k in kinds:
+            x = r.get(k)
+            cells.append("-" if not x or x["rate"] is None else
+                         f"{100 * x['rate']:.0f}% [{100 * x['low']:.0f}%, {100 * x['high']:.0f}%] "
+                         f"({x['successes']}/{x['n']})")
+        runs = next(iter(r.values()))["runs"] if r else 0
+        L.append(f"| {name} | {runs} | " + " | ".join(cells) + " |")
+    for key, rows in stats["comparisons"].items():
+        pct = key.endswith("_rate")
+        L += comparisons_markdown(rows, f"Paired comparisons: {key}{' (percentage points)' if pct else ''}", "seed",
+                                  scale=100.0 if pct else 1.0, nd=1 if pct else 2)
+    return "\n".join(L) + "\n"

@@ -107,17 +107,19 @@ def assess_checkpoints(cfg: AssessConfig) -> dict[str, Any]:
         res = assess_on_scripted(stem, tasks, episodes_per_task=cfg.episodes_per_task, seed=cfg.seed,
                                  backend=cfg.backend, novel=novel, keep_signal=True)
         signal = res.pop("_signal")
-        if res["auroc2"] == res["auroc2"]:  # not NaN
+        if 0 < signal[1].sum() < signal[1].size:  # both outcomes: a curve exists (AUROC2 may be undefined)
             curves[name] = signal
         res["wall_seconds"] = time.perf_counter() - t0
         res["checkpoint_state"] = checkpoint_state(stem)
         results[name] = res
         print(f"{name}: {len(tasks)} tasks x {cfg.episodes_per_task} episodes ({res['successful_episodes']} successful): "
               f"metacognitive accuracy {res['metacognitive_accuracy']:.3f} (always-failure "
-              f"{res['always_failure_accuracy']:.3f}), AUROC2 {res['auroc2']:.3f}")
+              f"{res['always_failure_accuracy']:.3f}), AUROC2 {res['auroc2']:.3f}"
+              f"{' (' + res['auroc2_note'] + ')' if 'auroc2_note' in res else ''}")
     doc = {"checkpoints": results, "tasks": list(tasks), "novel": novel, "seed": cfg.seed,
            "episodes_per_task": cfg.episodes_per_task, "threads": cfg.threads}
     atomic_write_json(cfg.out, doc)
     if cfg.roc and curves:
-        plot_type2_roc_curves(curves, cfg.roc, title=f"Type-2 ROC, {'novel' if novel else 'known'} tasks (scripted)")
+        plot_type2_roc_curves(curves, cfg.roc, title=f"Type-2 ROC, {'novel' if novel else 'known'} tasks (scripted)",
+                              results={n: results[n].get("auroc2_ci") for n in curves})
     return doc

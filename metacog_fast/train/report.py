@@ -1,6 +1,13 @@
 """Results of the Meta-World protocol: metrics per agent (docs/design.md §3), JSON/CSV per run, Table 1
 of paper 000 in the same form (markdown), the per-task steps-to-success bar chart (MUSE vs
-Dreamer, solved / unsolved) and the Type-2 ROC curve (PNG)."""
+Dreamer, solved / unsolved) and the Type-2 ROC curve (PNG).
+
+Uncertainty (docs/statistics.md): success rates with Wilson intervals over episodes (``success``,
+per task ``success_interval``; ``success_rates.png`` with error bars), AUROC2 with a cluster
+bootstrap over episodes and the distinct successful / failed episodes (``auroc2_ci``; undefined,
+with ``auroc2`` NaN and the reason in ``auroc2_note``, below 5 of either), AUROC2 within task
+(``auroc2_within_task``), and every pair of runs compared on per-task success by a paired
+bootstrap over the tasks both ran (``comparisons.json``, in table1.md)."""
 from __future__ import annotations
 
 import csv
@@ -14,10 +21,16 @@ from typing import Any, Mapping
 import numpy as np
 
 from metacog_fast.metrics import (
-    auroc2,
+    Auroc2Result,
+    auroc2_clustered,
+    auroc2_within_types,
+    comparisons_markdown,
     mean_steps_to_success,
     metacognitive_accuracy,
+    pairwise_comparisons,
+    plot_rates_with_intervals,
     plot_type2_roc,
+    success_interval,
     success_rate,
     tasks_solved,
 )
@@ -40,27 +53,28 @@ def evaluate_run(run_dir: str | Path, cfg: ProtocolConfig) -> dict[str, Any]:
         s = succ[m]
         per_task[task] = {
             "episodes": int(m.sum()), "successes": int(s.sum()), "success_rate": float(s.mean()),
-            "solved": bool(s.any()),
+            "success_interval": success_interval(s.astype(bool)).to_dict(), "solved": bool(s.any()),
             "mean_steps_to_success": mean_steps_to_success(np.where(ts >= 0, ts, 0), s),
         }
     psi = np.concatenate([e["psi"] for e in eps])
     labels = np.concatenate([e["labels"] for e in eps])
     step_success = np.concatenate([np.full(e["psi"].shape[0], e["success"]) for e in eps])
+    step_episode = [f"{e['task']}#{e['episode']}" for e in eps for _ in range(e["psi"].shape[0])]
+    step_task = [e["task"] for e in eps for _ in range(e["psi"].shape[0])]
     out: dict[str, Any] = {
         "agent": cfg.agent, "profile": cfg.profile, "sr_z": cfg.act.sr_z if cfg.agent == "muse" else None,
         "episodes": len(eps), "tasks": len(per_task),
         "tasks_solved": tasks_solved(succ, tasks), "success_rate": success_rate(succ, tasks),
+        "success": success_interval(succ.astype(bool)).to_dict(),
         "per_task": per_task, "steps_evaluated": int(psi.shape[0]),
         "positive_label_fraction": float(labels.mean()), "successful_episode_fraction": float(succ.mean()),
     }
     # Self-assessment metrics are meaningful only for an agent that trains the SA head.
+    ci: Auroc2Result | None = None
     if cfg.model.muse:
         out["metacognitive_accuracy"] = metacognitive_accuracy(psi.ravel(), labels.ravel())
-        if 0 < step_success.sum() < step_success.size:
-            out["auroc2"] = auroc2(psi.sum(-1), step_success)
-        else:
-            out["auroc2"] = float("nan")
-            out["auroc2_note"] = "undefined: every adaptation episode had the same outcome"
+        out.update(_auroc2_fields(psi.sum(-1), step_success, step_episode, step_task))
+        ci = Auroc2Result(**out["auroc2_ci"])
     try:
         st = read_state(run_dir)
         out["wall_seconds"] = st.get("wall_seconds")
@@ -71,8 +85,19 @@ def evaluate_run(run_dir: str | Path, cfg: ProtocolConfig) -> dict[str, Any]:
         out["resumed"] = st.get("resumed")
     except (OSError, ValueError, KeyError):
         pass
-    out["_signal"] = (psi.sum(-1), step_success)
+    out["_signal"] = (psi.sum(-1), step_success, ci)
     return out
+
+
+def _auroc2_fields(signal: np.ndarray, outcome: np.ndarray, episodes: list[str], tasks: list[str]) -> dict[str, Any]:
+    """``auroc2`` (NaN when undefined), ``auroc2_note`` (why), ``auroc2_ci`` (Auroc2Result dict) and
+    ``auroc2_within_task`` (Auroc2ByType dict) of Σψ [R] against the episode outcome [R]."""
+    ci = auroc2_clustered(signal, outcome, episodes)
+    res: dict[str, Any] = {"auroc2": ci.value if ci.defined else float("nan"), "auroc2_ci": ci.to_dict(),
+                           "auroc2_within_task": auroc2_within_types(signal, outcome, episodes, tasks).to_dict()}
+    if not ci.defined:
+        res["auroc2_note"] = f"undefined: {ci.reason}"
+    return res
 
 
 def _fmt(x: Any, pct: bool = False) -> str:
@@ -81,25 +106,51 @@ def _fmt(x: Any, pct: bool = False) -> str:
     return f"{100 * x:.0f}%" if pct else (f"{x:.2f}" if isinstance(x, float) else str(x))
 
 
-def table_markdown(results: Mapping[str, Mapping[str, Any]]) -> str:
+def _auroc_cell(r: Mapping[str, Any]) -> str:
+    """``0.71 [0.62, 0.80] (12 successful / 30 failed episodes)`` or ``undefined (n positives = 0 < 5)``."""
+    ci = r.get("auroc2_ci")
+    if not ci:
+        return _fmt(r.get("auroc2"))
+    if not ci["defined"]:
+        return f"undefined ({ci['reason']})"
+    return (f"{ci['value']:.2f} [{ci['low']:.2f}, {ci['high']:.2f}] "
+            f"({ci['positives']} successful / {ci['negatives']} failed episodes)")
+
+
+def _wilson_cell(x: Mapping[str, Any] | None) -> str:
+    return f" [{100 * x['low']:.0f}%, {100 * x['high']:.0f}%] ({x['successes']}/{x['n']})" if x else ""
+
+
+def table_markdown(results: Mapping[str, Mapping[str, Any]],
+                   comparisons: list[dict[str, Any]] | None = None) -> str:
     """Table 1 of paper 000 (MUSE self-assessment) in the same form, then the self-regulation
-    results of every agent."""
+    results of every agent, with intervals and the paired comparisons of the runs."""
     lines = ["Table 1: Self-assessment performance of the MUSE agent on novel tasks in the Meta-World environment.",
-             "", "| Method | Metric | Value |", "| --- | --- | --- |"]
+             "", "AUROC2: 95 % cluster-bootstrap interval over episodes; undefined below 5 successful or failed "
+             "episodes. Within task: only a success and a failure of the same task are compared.", "",
+             "| Method | Metric | Value |", "| --- | --- | --- |"]
     for name, r in results.items():
         if "metacognitive_accuracy" in r:
             lines.append(f"| {name} | Metacognitive Accuracy | {_fmt(r['metacognitive_accuracy'], pct=True)} |")
-            lines.append(f"| {name} | AUROC2 | {_fmt(r['auroc2'])} |")
-    lines += ["", "Self-regulation on the novel tasks (adaptation episodes):", "",
+            lines.append(f"| {name} | AUROC2 | {_auroc_cell(r)} |")
+            wt = (r.get("auroc2_within_task") or {}).get("pooled")
+            if wt:
+                lines.append(f"| {name} | AUROC2 within task | {_auroc_cell({'auroc2_ci': wt})} |")
+    lines += ["", "Self-regulation on the novel tasks (adaptation episodes); success rate: mean over tasks, in "
+              "brackets the Wilson 95 % interval of the episodes' successes:", "",
               "| Method | Tasks solved | Success rate | Episodes |", "| --- | --- | --- | --- |"]
     for name, r in results.items():
-        lines.append(f"| {name} | {r['tasks_solved']}/{r['tasks']} | {_fmt(r['success_rate'], pct=True)} | {r['episodes']} |")
+        lines.append(f"| {name} | {r['tasks_solved']}/{r['tasks']} | {_fmt(r['success_rate'], pct=True)}"
+                     f"{_wilson_cell(r.get('success'))} | {r['episodes']} |")
     tasks = list(next(iter(results.values()))["per_task"])
     lines += ["", "Mean steps to success per task (n/a = unsolved):", "",
               "| Task | " + " | ".join(results) + " |", "|" + " --- |" * (len(results) + 1)]
     for t in tasks:
         row = [_fmt(results[n]["per_task"].get(t, {}).get("mean_steps_to_success")) for n in results]
         lines.append(f"| {t} | " + " | ".join(row) + " |")
+    if comparisons:
+        lines += comparisons_markdown(comparisons, "Paired comparisons: per-task success rate (percentage points)",
+                                      "task", scale=100.0, nd=1)
     return "\n".join(lines) + "\n"
 
 
@@ -159,33 +210,44 @@ def slug(name: str) -> str:
 
 def write_report(runs: Mapping[str, tuple[str | Path, ProtocolConfig]], out_dir: str | Path) -> dict[str, Any]:
     """Evaluate each named run and write results.json, <name>.json, <name>_episodes.csv,
-    table1.md, steps_to_success.png and type2_roc_<name>.png into ``out_dir``."""
+    comparisons.json, table1.md, steps_to_success.png, success_rates.png and type2_roc_<name>.png
+    into ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, Any]] = {}
     T_max = 500
     for name, (run_dir, cfg) in runs.items():
         r = evaluate_run(run_dir, cfg)
-        signal, outcome = r.pop("_signal")
+        signal, outcome, ci = r.pop("_signal")
         results[name] = r
         T_max = cfg.max_episode_steps
         atomic_write_json(out / f"{slug(name)}.json", r)
         atomic_write_bytes(out / f"{slug(name)}_episodes.csv", episodes_csv(run_dir, cfg).encode())
-        if "auroc2" in r and np.isfinite(r["auroc2"]):
-            plot_type2_roc(signal, outcome, out / f"type2_roc_{slug(name)}.png", title=f"Type-2 ROC ({name})")
+        if 0 < outcome.sum() < outcome.size and ci is not None:
+            plot_type2_roc(signal, outcome, out / f"type2_roc_{slug(name)}.png", title=f"Type-2 ROC ({name})",
+                           result=ci)
+    comparisons = pairwise_comparisons({n: {t: v["success_rate"] for t, v in r["per_task"].items()}
+                                        for n, r in results.items()}, "per-task success rate")
     atomic_write_json(out / "results.json", results)
-    atomic_write_bytes(out / "table1.md", table_markdown(results).encode())
+    atomic_write_json(out / "comparisons.json", {"comparisons": comparisons})
+    atomic_write_bytes(out / "table1.md", table_markdown(results, comparisons).encode())
     plot_steps_bars(results, T_max, out / "steps_to_success.png")
+    plot_rates_with_intervals({n: {t.replace("-v3", ""): v["success_interval"] for t, v in r["per_task"].items()}
+                               for n, r in results.items()}, out / "success_rates.png",
+                              title="Novel tasks: success rate (Wilson 95 % interval)")
     return results
 
 
-def sa_metrics(psi: Any, labels: Any, success: Any) -> dict[str, Any]:
+def sa_metrics(psi: Any, labels: Any, success: Any, episodes: list[Any] | None = None,
+               tasks: list[Any] | None = None) -> dict[str, Any]:
     """docs/design.md §3 self-assessment metrics of a set of rows (the same functions as Table 1).
 
     psi [R, N] in [0, 1] (ψ of each row), labels [R, N] (the quantile labels of the row's
     episode), success [R] (its episode's outcome). Returns ``rows``, ``metacognitive_accuracy``
     (every ψ_i >= 0.5 against c_i) and ``auroc2`` (Σ_i ψ_i against success; NaN with an
-    ``auroc2_note`` when only one outcome occurs)."""
+    ``auroc2_note`` when only one outcome occurs). With ``episodes`` [R] (episode id of each row)
+    AUROC2 follows the 5-episode rule and carries ``auroc2_ci`` (cluster bootstrap over episodes);
+    with ``tasks`` [R] too, ``auroc2_within_task``."""
     psi, lab, out = np.asarray(psi), np.asarray(labels), np.asarray(success)
     if psi.ndim != 2 or lab.shape != psi.shape or out.shape != psi.shape[:1]:
         raise ValueError(f"psi/labels/success: expected [R, N], [R, N], [R], got "
@@ -196,7 +258,17 @@ def sa_metrics(psi: Any, labels: Any, success: Any) -> dict[str, Any]:
     res: dict[str, Any] = {"rows": int(psi.shape[0]),
                            "metacognitive_accuracy": metacognitive_accuracy(psi.ravel(), lab.ravel()),
                            "positive_label_fraction": pos, "always_failure_accuracy": 1.0 - pos}
-    if 0 < out.sum() < out.size:
+    if episodes is not None:
+        ci = auroc2_clustered(psi.sum(-1), out, episodes)
+        res["auroc2"] = ci.value if ci.defined else float("nan")
+        res["auroc2_ci"] = ci.to_dict()
+        if not ci.defined:
+            res["auroc2_note"] = f"undefined: {ci.reason}"
+        if tasks is not None:
+            res["auroc2_within_task"] = auroc2_within_types(psi.sum(-1), out, episodes, tasks).to_dict()
+    elif 0 < out.sum() < out.size:
+        from metacog_fast.metrics import auroc2
+
         res["auroc2"] = auroc2(psi.sum(-1), out)
     else:
         res["auroc2"] = float("nan")
@@ -260,24 +332,30 @@ def assess_on_scripted(stem: str | Path, tasks: tuple[str, ...], episodes_per_ta
     res: dict[str, Any] = {"episodes": len(psis), "successful_episodes": int(sum(o[0] for o in outcome)),
                            "tasks": list(tasks), "seed": seed, "novel": novel, "T_max": T,
                            "episodes_per_task": episodes_per_task}
-    pooled = sa_metrics(psi, lab, out)
+    ep_rows = [[i] * len(p) for i, p in enumerate(psis)]  # episode id of each row
+
+    def rows_of(idx: list[int]) -> tuple[list[int], list[str]]:
+        return [e for i in idx for e in ep_rows[i]], [records[i]["task"] for i in idx for _ in ep_rows[i]]
+
+    all_eps, all_tasks = rows_of(list(range(len(psis))))
+    pooled = sa_metrics(psi, lab, out, all_eps, all_tasks)
     res.update({k: v for k, v in pooled.items() if k != "rows"})
     res["per_task"] = {}
     for task in tasks:
         idx = [i for i, r in enumerate(records) if r["task"] == task]
         m = sa_metrics(np.concatenate([psis[i] for i in idx]), np.concatenate([labels[i] for i in idx]),
-                       np.concatenate([outcome[i] for i in idx]))
+                       np.concatenate([outcome[i] for i in idx]), rows_of(idx)[0])
         res["per_task"][task] = {"episodes": len(idx), "successful_episodes": sum(records[i]["success"] for i in idx), **m}
     idx = [i for i, r in enumerate(records) if r["delay"] < 1.0]
     if idx and len(idx) < len(records):
         res["without_random_only"] = {
             "episodes": len(idx), "successful_episodes": sum(records[i]["success"] for i in idx),
             **sa_metrics(np.concatenate([psis[i] for i in idx]), np.concatenate([labels[i] for i in idx]),
-                         np.concatenate([outcome[i] for i in idx]))}
+                         np.concatenate([outcome[i] for i in idx]), *rows_of(idx))}
     res["episode_records"] = records
-    if roc_path is not None and np.isfinite(res["auroc2"]):
+    if roc_path is not None and 0 < out.sum() < out.size:
         title = roc_title or f"Type-2 ROC, {'novel' if novel else 'known'} tasks (scripted)"
-        plot_type2_roc(psi.sum(-1), out, roc_path, title=title)
+        plot_type2_roc(psi.sum(-1), out, roc_path, title=title, result=Auroc2Result(**res["auroc2_ci"]))
     if keep_signal:
         res["_signal"] = (psi.sum(-1), out)
     return res

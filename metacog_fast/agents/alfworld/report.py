@@ -3,13 +3,20 @@
 ``report(root)`` reads every run folder under ``root`` (a folder with ``config.json`` and
 ``episodes/``), computes per agent and per task type:
 
-* success rate: mean over games of the per-game success over its test episodes (docs/design.md §3);
+* success rate: mean over games of the per-game success over its test episodes (docs/design.md §3),
+  with the Wilson 95 % interval of the test episodes' successes (``success``);
 * mean steps per test episode with 100 charged for a failure;
 * AUROC2 and metacognitive accuracy (threshold 0.5) of chunk-wise M_sa predictions on test
   episodes (MUSE agents): with the pre-deployment g_eta ("No Adaptation") and the adapted one;
+  AUROC2 with its cluster-bootstrap interval over episodes and the distinct successful / failed
+  episodes, undefined below 5 of either (``auroc2_<cond>_ci``), and within task type
+  (``auroc2_<cond>_within_type``);
 * costs per episode: LLM calls, prompt/completion tokens, LLM / env / agent seconds;
+* every pair of agents compared on per-game success (paired bootstrap over the games both
+  played: difference, interval, p; ``comparisons``);
 
-and writes ``report.json`` and ``tables.md`` (atomically) and ``roc_<agent>.png``.
+and writes ``report.json`` and ``tables.md`` (atomically), ``roc_<agent>.png`` and
+``success_rates.png`` (per task type, Wilson error bars). docs/statistics.md defines the statistics.
 """
 from __future__ import annotations
 
@@ -18,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from metacog_fast._atomic import atomic_open
 from metacog_fast.agents.alfworld.store import read_json, write_json_atomic
 
 
@@ -38,17 +46,29 @@ def load_run(run: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return cfg, recs
 
 
-def _game_success(test: list[dict[str, Any]]) -> float:
+def _per_game(test: list[dict[str, Any]]) -> dict[str, float]:
+    """game -> success rate over its test episodes."""
     by_game: dict[str, list[float]] = {}
     for r in test:
         by_game.setdefault(r["game"], []).append(float(bool(r["won"])))
-    return float(np.mean([np.mean(v) for v in by_game.values()])) if by_game else float("nan")
+    return {g: float(np.mean(v)) for g, v in by_game.items()}
+
+
+def _game_success(test: list[dict[str, Any]]) -> float:
+    per = _per_game(test)
+    return float(np.mean(list(per.values()))) if per else float("nan")
 
 
 def summarize(recs: list[dict[str, Any]], phase: str = "test", adapted: bool = True) -> dict[str, Any]:
     """Metrics of one agent's records of ``phase``. ``adapted``: the run had adaptation episodes
     (without them the adapted g_eta is the pre-deployment one, so only "no_adaptation" is reported)."""
-    from metacog_fast.metrics import auroc2, mean_steps_charged, metacognitive_accuracy
+    from metacog_fast.metrics import (
+        auroc2_clustered,
+        auroc2_within_types,
+        mean_steps_charged,
+        metacognitive_accuracy,
+        success_interval,
+    )
 
     sel = [r for r in recs if r["phase"] == phase]
     out: dict[str, Any] = {"episodes": len(sel), "games": len({r["game"] for r in sel})}
@@ -56,29 +76,35 @@ def summarize(recs: list[dict[str, Any]], phase: str = "test", adapted: bool = T
         return out
     won = np.array([bool(r["won"]) for r in sel])
     out["success_rate"] = _game_success(sel)
+    out["success"] = success_interval(won).to_dict()
+    out["per_game_success"] = _per_game(sel)
     out["mean_steps_charged"] = float(mean_steps_charged(np.array([r["steps"] for r in sel]), won))
     out["per_type"] = {}
     for t in sorted({r["task_type"] for r in sel}):
         st = [r for r in sel if r["task_type"] == t]
-        out["per_type"][t] = {"success_rate": _game_success(st),
-                              "mean_steps_charged": float(mean_steps_charged(
-                                  np.array([r["steps"] for r in st]), np.array([bool(r["won"]) for r in st]))),
+        wt = np.array([bool(r["won"]) for r in st])
+        out["per_type"][t] = {"success_rate": _game_success(st), "success": success_interval(wt).to_dict(),
+                              "mean_steps_charged": float(mean_steps_charged(np.array([r["steps"] for r in st]), wt)),
                               "episodes": len(st)}
     conds = (("chunk_probs_pre", "no_adaptation"), ("chunk_probs", "adaptation")) if adapted else \
         (("chunk_probs_pre", "no_adaptation"),)
     for key, name in conds:
-        probs, labels = [], []
+        probs, labels, eps, types = [], [], [], []
         for r in sel:
             for p in r.get(key, []) or []:
                 probs.append(p)
                 labels.append(float(bool(r["won"])))
+                eps.append(f"{r['game']}#{r['episode']}")
+                types.append(r["task_type"])
         if probs:
             y = np.array(labels)
-            both = 0 < y.sum() < len(y)
-            out[f"auroc2_{name}"] = float(auroc2(np.array(probs), y)) if both else None
+            ci = auroc2_clustered(np.array(probs), y, eps)
+            out[f"auroc2_{name}"] = ci.value  # None when undefined (fewer than 5 successful or failed episodes)
+            out[f"auroc2_{name}_ci"] = ci.to_dict()
+            out[f"auroc2_{name}_within_type"] = auroc2_within_types(np.array(probs), y, eps, types).to_dict()
             out[f"meta_accuracy_{name}"] = float(metacognitive_accuracy(np.array(probs), y))
             out[f"chunks_{name}"] = len(probs)
-            out[f"_probs_{name}"] = (probs, labels)
+            out[f"_probs_{name}"] = (probs, labels, ci)
     steps_agent = [s["agent_seconds"] for r in sel for s in r["step_log"]]
     out["costs"] = {
         "llm_calls": float(np.mean([r["llm"]["calls"] for r in sel])),
@@ -104,8 +130,9 @@ def _num(x: Any, spec: str = ".1f") -> str:
 
 
 def report(root: str | Path, out: str | Path | None = None) -> dict[str, Any]:
-    """Compute everything for the runs under ``root``; write report.json, tables.md, ROC plots."""
-    from metacog_fast.metrics import plot_type2_roc
+    """Compute everything for the runs under ``root``; write report.json, tables.md, ROC plots and
+    success_rates.png."""
+    from metacog_fast.metrics import Auroc2Result, pairwise_comparisons, plot_rates_with_intervals, plot_type2_roc
 
     root = Path(root)
     out_dir = Path(out) if out else root
@@ -122,16 +149,24 @@ def report(root: str | Path, out: str | Path | None = None) -> dict[str, Any]:
             for name in ("no_adaptation", "adaptation"):
                 pl = summ.pop(f"_probs_{name}", None)
                 if pl and 0 < sum(pl[1]) < len(pl[1]):
+                    ci: Auroc2Result = pl[2]
                     p = plot_type2_roc(pl[0], pl[1], out_dir / f"roc_{label}_{name}.png",
-                                       title=f"Type-2 ROC, {label}, {name.replace('_', ' ')}")
+                                       title=f"Type-2 ROC, {label}, {name.replace('_', ' ')}", result=ci)
                     summ[f"roc_{name}"] = str(p)
         agents[label] = summ
-    tables = render_tables(agents)
-    res = {"agents": agents}
+    order = ordered(agents)
+    res: dict[str, Any] = {"agents": agents, "comparisons": pairwise_comparisons(
+        {a: agents[a]["per_game_success"] for a in order if "per_game_success" in agents[a]},
+        "per-game success rate")}
+    tables = render_tables(agents, res["comparisons"])
     write_json_atomic(out_dir / "report.json", res)
-    tmp = out_dir / ".tables.md.tmp"
-    tmp.write_text(tables)
-    tmp.replace(out_dir / "tables.md")
+    with atomic_open(out_dir / "tables.md") as f:
+        f.write(tables)
+    rates = {a: {"all": agents[a]["success"], **{t: v["success"] for t, v in agents[a].get("per_type", {}).items()}}
+             for a in order if "success" in agents[a]}
+    if rates:
+        res["success_plot"] = str(plot_rates_with_intervals(
+            rates, out_dir / "success_rates.png", title="Success rate per task type (Wilson 95 % interval)"))
     return res
 
 
@@ -151,11 +186,41 @@ def run_label(config: dict[str, Any], taken: dict[str, Any]) -> str:
     return label
 
 
-def render_tables(agents: dict[str, dict[str, Any]]) -> str:
-    """Markdown in the form of the paper's Tables 2-5, per-type tables and costs (one row per run:
-    the paper's agents in their order, then any further runs of an agent under their labels)."""
+def ordered(agents: dict[str, Any]) -> list[str]:
+    """Row order: the paper's agents in their order, then any further runs under their labels."""
     rank = {a: i for i, a in enumerate(AGENT_ORDER)}
-    order = sorted(agents, key=lambda a: (rank.get(a.split("+")[0].split("#")[0], len(rank)), a))
+    return sorted(agents, key=lambda a: (rank.get(a.split("+")[0].split("#")[0], len(rank)), a))
+
+
+def _bracket(x: dict[str, Any] | None) -> str:
+    """`` [5%, 45%] (2/12)`` from a success interval dict (its Wilson interval); empty without one."""
+    if not x:
+        return ""
+    return f" [{100 * x['low']:.0f}%, {100 * x['high']:.0f}%] ({x['successes']}/{x['n']})"
+
+
+def _rate(x: dict[str, Any] | None) -> str:
+    """``17% [5%, 45%] (2/12)`` from a success interval dict; — without one."""
+    return f"{100 * x['rate']:.0f}%{_bracket(x)}" if x else "—"
+
+
+def _auroc(x: dict[str, Any] | None) -> str:
+    """``0.62 [0.41, 0.80]`` or ``undefined (n positives = 1 < 5)`` from an Auroc2Result dict."""
+    if not x:
+        return "—"
+    if not x["defined"]:
+        return f"undefined ({x['reason']})"
+    return f"{x['value']:.2f} [{x['low']:.2f}, {x['high']:.2f}]"
+
+
+def render_tables(agents: dict[str, dict[str, Any]], comparisons: list[dict[str, Any]] | None = None) -> str:
+    """Markdown in the form of the paper's Tables 2-5, per-type tables and costs (one row per run:
+    the paper's agents in their order, then any further runs of an agent under their labels), with
+    Wilson intervals on success rates, AUROC2 intervals with episode counts, and the paired
+    comparisons of every pair of agents."""
+    from metacog_fast.metrics import comparisons_markdown
+
+    order = ordered(agents)
     L: list[str] = []
 
     def col(a: str, key: str, fmt: Any) -> tuple[str, str]:
@@ -164,17 +229,30 @@ def render_tables(agents: dict[str, dict[str, Any]]) -> str:
         return (v, "—") if s["adapt_episodes"] == 0 else ("—", v)
 
     L.append("## Table 2: self-assessment (MUSE, chunk-wise M_sa on test episodes)\n")
-    L.append("| Agent | Condition | AUROC2 | Metacognitive accuracy | chunks |\n|---|---|---|---|---|")
+    L.append("AUROC2 with its 95 % cluster-bootstrap interval over episodes; undefined when fewer than 5 "
+             "successful or failed episodes. Within type: only a success and a failure of the same task type "
+             "are compared.\n")
+    L.append("| Agent | Condition | AUROC2 | successful / failed episodes | AUROC2 within type | "
+             "Metacognitive accuracy | chunks |\n|---|---|---|---|---|---|---|")
     for a in order:
         s = agents[a]
         for name, cond in (("no_adaptation", "No Adaptation (pre-deployment g_eta)"), ("adaptation", "Adaptation")):
             if f"chunks_{name}" in s:
-                L.append(f"| {a} | {cond} | {_num(s.get(f'auroc2_{name}'), '.2f')} | "
+                ci = s.get(f"auroc2_{name}_ci")
+                wt = (s.get(f"auroc2_{name}_within_type") or {}).get("pooled")
+                auc = _auroc(ci) if ci else _num(s.get(f"auroc2_{name}"), ".2f")
+                counts = f"{ci['positives']} / {ci['negatives']}" if ci else "—"
+                L.append(f"| {a} | {cond} | {auc} | {counts} | {_auroc(wt)} | "
                          f"{_pct(s.get(f'meta_accuracy_{name}'))} | {s[f'chunks_{name}']} |")
     L.append("\n## Table 3: success rate on the deployment games\n")
+    L.append("Mean over games of the per-game success; in brackets the Wilson 95 % interval of the test "
+             "episodes' successes (successes/episodes).\n")
     L.append("| Agent | No Adaptation | Adaptation | test episodes |\n|---|---|---|---|")
     for a in order:
         na, ad = col(a, "success_rate", _pct)
+        ci = agents[a].get("success")
+        if ci:
+            na, ad = (na + _bracket(ci), ad) if ad == "—" else (na, ad + _bracket(ci))
         L.append(f"| {a} | {na} | {ad} | {agents[a].get('episodes', 0)} |")
     L.append("\n## Table 4: mean steps per episode (100 charged for a failure)\n")
     L.append("| Agent | No Adaptation | Adaptation |\n|---|---|---|")
@@ -184,13 +262,17 @@ def render_tables(agents: dict[str, dict[str, Any]]) -> str:
     L.append("\n## Table 5: success rate with a small LLM\n")
     L.append("| Agent | SmolLM2-135M-Instruct (Q4_1) |\n|---|---|")
     for a in order:
-        L.append(f"| {a} | {_pct(agents[a].get('success_rate'))} |")
+        ci = agents[a].get("success")
+        L.append(f"| {a} | {_pct(agents[a].get('success_rate'))}{_bracket(ci)} |")
     types = sorted({t for a in order for t in agents[a].get("per_type", {})})
     L.append("\n## Success rate per task type\n")
+    L.append("Wilson 95 % interval and successes/episodes in brackets.\n")
     L.append("| Agent | " + " | ".join(types) + " |\n|---|" + "---|" * len(types))
     for a in order:
         pt = agents[a].get("per_type", {})
-        L.append(f"| {a} | " + " | ".join(_pct(pt.get(t, {}).get("success_rate")) for t in types) + " |")
+        L.append(f"| {a} | " + " | ".join(
+            _rate(pt[t].get("success")) if t in pt and pt[t].get("success") else _pct(pt.get(t, {}).get("success_rate"))
+            for t in types) + " |")
     L.append("\n## Costs per test episode\n")
     L.append("| Agent | LLM calls | prompt tokens | completion tokens | LLM s | env s | agent s | agent ms/step | wall s |"
              "\n|---|---|---|---|---|---|---|---|---|")
@@ -205,4 +287,7 @@ def render_tables(agents: dict[str, dict[str, Any]]) -> str:
     for a in order:
         m = agents[a].get("mapping", {})
         L.append(f"| {a} | {m.get('exact', 0)} | {m.get('embed', 0)} | {m.get('choose', 0)} | {m.get('raw', 0)} |")
+    if comparisons:
+        L += comparisons_markdown(comparisons, "Paired comparisons: per-game success rate (percentage points)",
+                                  "game", scale=100.0, nd=1)
     return "\n".join(L) + "\n"

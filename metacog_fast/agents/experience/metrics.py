@@ -1,4 +1,10 @@
-"""Per-iteration metrics of a protocol run and the learning-curve plot."""
+"""Per-iteration metrics of a protocol run, its tables and the learning-curve plot.
+
+Uncertainty (docs/statistics.md): each (condition, iteration) row carries the Wilson interval of
+its task successes (``success``) and of its accepted sub-tasks (``subtask_success_interval``; the
+sub-tasks of one task are not independent, so read that one as optimistic), and every pair of
+rows is compared on task success by a paired bootstrap over the games both played
+(``comparisons``). ``tables.md`` shows both; the learning curve draws the Wilson error bars."""
 from __future__ import annotations
 
 import json
@@ -7,6 +13,17 @@ from collections import defaultdict
 from typing import Any
 
 from metacog_fast.agents.experience.memory import atomic_write_text
+from metacog_fast.metrics import comparisons_markdown, pairwise_comparisons, success_interval, wilson_interval
+
+
+def row_label(condition: str, iteration: int) -> str:
+    """``memory@2``: the name of a (condition, iteration) row in comparisons."""
+    return f"{condition}@{iteration}"
+
+
+def _unit(e: dict[str, Any]) -> str:
+    """The game an episode played, as the pairing unit (its index in the protocol's game list)."""
+    return str(e.get("game_arg", e.get("game")))
 
 
 def summarise(episodes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -19,9 +36,13 @@ def summarise(episodes: list[dict[str, Any]]) -> dict[str, Any]:
     for (cond, it), eps in sorted(groups.items()):
         n = len(eps)
         sub_total = sum(e["subtasks_total"] for e in eps)
+        sub_ok = sum(e["subtasks_flagged"] for e in eps)
+        lo, hi = wilson_interval(sub_ok, sub_total) if sub_total else (None, None)
         rows.append({
             "condition": cond, "iteration": it, "tasks": n,
             "success_rate": sum(bool(e["won"]) for e in eps) / n,
+            "success": success_interval([bool(e["won"]) for e in eps]).to_dict(),
+            "subtask_success_interval": {"low": lo, "high": hi, "successes": sub_ok, "n": sub_total},
             "mean_score": sum(float(e["score"]) for e in eps) / n,
             "subtask_success": (sum(e["subtasks_flagged"] for e in eps) / sub_total) if sub_total else 0.0,
             "subtasks_accepted": sum(e["subtasks_flagged"] for e in eps),
@@ -38,18 +59,47 @@ def summarise(episodes: list[dict[str, Any]]) -> dict[str, Any]:
             "memory_size_end": eps[-1].get("memory_sizes", {}),
         })
     mem = [r["success_rate"] for r in rows if r["condition"] == "memory"]
+    per_game = {row_label(c, i): {_unit(e): float(bool(e["won"])) for e in eps} for (c, i), eps in sorted(groups.items())}
     return {"rows": rows, "memory_success_by_iteration": mem,
+            "comparisons": pairwise_comparisons(per_game, "task success") if len(per_game) > 1 else [],
             "monotone_non_decreasing": all(b >= a for a, b in zip(mem, mem[1:])) if mem else None,
             "strictly_improving": all(b > a for a, b in zip(mem, mem[1:])) if len(mem) > 1 else None}
 
 
 def write_metrics(metrics: dict[str, Any], out: str) -> None:
+    """metrics.json, tables.md and learning_curve.png in ``out``."""
     atomic_write_text(os.path.join(out, "metrics.json"), json.dumps(metrics, indent=2) + "\n")
+    atomic_write_text(os.path.join(out, "tables.md"), tables_markdown(metrics))
     plot_learning_curve(metrics, os.path.join(out, "learning_curve.png"))
 
 
+def tables_markdown(metrics: dict[str, Any]) -> str:
+    """Per (condition, iteration): task success with its Wilson interval, sub-task success, score,
+    costs; then the paired comparisons of the rows on task success."""
+    L = ["## Task success per condition and iteration", "",
+         "Wilson 95 % intervals (successes/n). Sub-task intervals treat sub-tasks as independent, which they "
+         "are not within a task: read them as optimistic.", "",
+         "| condition | iteration | tasks | success | sub-task success | mean score | retries/task | env actions/task |",
+         "|---|---|---|---|---|---|---|---|"]
+    for r in metrics["rows"]:
+        s = r.get("success")
+        succ = (f"{100 * r['success_rate']:.0f}% [{100 * s['low']:.0f}%, {100 * s['high']:.0f}%] "
+                f"({s['successes']}/{s['n']})") if s else f"{100 * r['success_rate']:.0f}%"
+        si = r.get("subtask_success_interval") or {}
+        sub = f"{100 * r['subtask_success']:.0f}%"
+        if si.get("low") is not None:
+            sub += f" [{100 * si['low']:.0f}%, {100 * si['high']:.0f}%] ({si['successes']}/{si['n']})"
+        L.append(f"| {r['condition']} | {r['iteration']} | {r['tasks']} | {succ} | {sub} | {r['mean_score']:.2f} | "
+                 f"{r['retries_per_task']:.2f} | {r['env_actions_per_task']:.1f} |")
+    if metrics.get("comparisons"):
+        L += comparisons_markdown(metrics["comparisons"], "Paired comparisons: task success (percentage points)",
+                                  "game", scale=100.0, nd=1)
+    return "\n".join(L) + "\n"
+
+
 def plot_learning_curve(metrics: dict[str, Any], path: str) -> None:
-    """Success rate and mean score per iteration (memory) against the no-memory baseline."""
+    """Success rate and sub-task success per iteration (memory, frozen) against the no-memory
+    baseline, with Wilson 95 % error bars (the baseline's as a grey band)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -60,14 +110,25 @@ def plot_learning_curve(metrics: dict[str, Any], path: str) -> None:
     base = [r for r in rows if r["condition"] == "baseline"]
     frozen = [r for r in rows if r["condition"] == "frozen"]
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
+    def err(rs: list[dict[str, Any]], key: str) -> Any:
+        """[2, n] Wilson error bars of the rows (None when a row has no interval)."""
+        ivs = [r.get("success") if key == "success_rate" else r.get("subtask_success_interval") for r in rs]
+        if any(not iv or iv.get("low") is None for iv in ivs):
+            return None
+        return [[r[key] - iv["low"] for r, iv in zip(rs, ivs)], [iv["high"] - r[key] for r, iv in zip(rs, ivs)]]
+
     for ax, key, label in ((axes[0], "success_rate", "success rate"), (axes[1], "subtask_success", "sub-task success")):
         if mem:
-            ax.plot([r["iteration"] for r in mem], [r[key] for r in mem], "o-", label="with memory")
+            ax.errorbar([r["iteration"] for r in mem], [r[key] for r in mem], yerr=err(mem, key), fmt="o-",
+                        capsize=3, label="with memory")
         if frozen:
-            ax.plot([r["iteration"] for r in frozen], [r[key] for r in frozen], "s", color="tab:green",
-                    label="frozen memory (zero-shot)")
+            ax.errorbar([r["iteration"] for r in frozen], [r[key] for r in frozen], yerr=err(frozen, key), fmt="s",
+                        color="tab:green", capsize=3, label="frozen memory (zero-shot)")
         if base:
             ax.axhline(base[0][key], color="gray", ls="--", label="no-memory baseline")
+            e = err(base[:1], key)
+            if e is not None:
+                ax.axhspan(base[0][key] - e[0][0], base[0][key] + e[1][0], color="gray", alpha=0.15)
         ax.set_xlabel("iteration")
         ax.set_ylabel(label)
         ax.set_ylim(-0.05, 1.05)

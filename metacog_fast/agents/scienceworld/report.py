@@ -1,5 +1,11 @@
 """Metrics and tables of a run: task-level macro averages (paper Tables 1-2), Short/Medium/Long
-groups by oracle path length, mechanism counts, costs, and a per-task score chart."""
+groups by oracle path length, mechanism counts, costs, and a per-task score chart.
+
+Uncertainty (docs/statistics.md): the final score carries a bootstrap interval over tasks
+(``score_interval``), the success rate the Wilson interval of the episodes' wins (``success``),
+and every pair of configurations is compared by a paired bootstrap over the tasks both ran
+(per-task score and per-task success; ``comparisons`` in report.json). ``summary.png`` draws both
+with error bars."""
 from __future__ import annotations
 
 import glob
@@ -7,7 +13,9 @@ import os
 from collections import defaultdict
 from typing import Any
 
+from metacog_fast._atomic import atomic_open
 from metacog_fast.agents.scienceworld.config import CONFIG_NAMES
+from metacog_fast.metrics import comparisons_markdown, mean_interval, pairwise_comparisons, success_interval
 from metacog_fast.agents.scienceworld.store import read_json, write_json
 
 GROUPS = (("Short", 0, 20), ("Medium", 21, 50), ("Long", 51, 10**9))
@@ -63,11 +71,14 @@ def summarise(eps: list[dict[str, Any]]) -> dict[str, Any]:
     groups = {}
     for g, _, _ in GROUPS:
         ts = [v for v in tasks.values() if group_of(v["gold_len"]) == g]
-        groups[g] = {"tasks": len(ts), "score": _mean([v["score"] for v in ts])}
+        groups[g] = {"tasks": len(ts), "score": _mean([v["score"] for v in ts]),
+                     "score_interval": mean_interval([v["score"] for v in ts]) if ts else None}
     return {
         "episodes": len(eps), "tasks": len(tasks),
         "score": _mean([v["score"] for v in tasks.values()]),
+        "score_interval": mean_interval([v["score"] for v in tasks.values()]) if tasks else None,
         "success_pct": 100.0 * (_mean([v["success"] for v in tasks.values()]) or 0.0),
+        "success": success_interval([bool(e["won"]) for e in eps]).to_dict() if eps else None,
         "steps_at_succ": _mean(sas),
         "errored": sum(int(e.get("errored", False)) for e in eps),
         "groups": groups, "mechanisms": mech,
@@ -84,13 +95,38 @@ def _f(x: Any, nd: int = 2) -> str:
     return "-" if x is None else f"{x:.{nd}f}"
 
 
-def tables_markdown(summary: dict[str, dict[str, Any]]) -> str:
+def _ci(x: dict[str, Any] | None, nd: int = 2) -> str:
+    """`` [lo, hi]`` of a mean_interval dict; empty without one."""
+    return f" [{x['low']:.{nd}f}, {x['high']:.{nd}f}]" if x else ""
+
+
+def _wilson(x: dict[str, Any] | None) -> str:
+    """`` [lo, hi] (k/n)`` in percent of a success interval dict; empty without one."""
+    return f" [{100 * x['low']:.1f}, {100 * x['high']:.1f}] ({x['successes']}/{x['n']})" if x else ""
+
+
+def per_unit(summary: dict[str, dict[str, Any]], key: str) -> dict[str, dict[str, float]]:
+    """config -> {task: per-task ``key`` (score or success)}, the units of the paired comparisons."""
+    return {c: {t: v[key] for t, v in summary[c]["per_task"].items() if v[key] is not None}
+            for c in CONFIG_NAMES if c in summary}
+
+
+def comparisons(summary: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Every pair of configurations, paired by task: final score and success (A - B)."""
+    return {"score": pairwise_comparisons(per_unit(summary, "score"), "per-task final score"),
+            "success": pairwise_comparisons(per_unit(summary, "success"), "per-task success rate")}
+
+
+def tables_markdown(summary: dict[str, dict[str, Any]], comps: dict[str, list[dict[str, Any]]] | None = None) -> str:
     cfgs = [c for c in CONFIG_NAMES if c in summary]
     lines = ["Table 1. Task-level macro-averaged results", "",
+             "Final score: mean over tasks with a 95 % bootstrap interval over tasks. Success: mean over tasks of the "
+             "per-task success; in brackets the Wilson 95 % interval of the episodes' wins (wins/episodes).", "",
              "| config | episodes | tasks | final score | success % | Steps@Succ |", "|---|---|---|---|---|---|"]
     for c in cfgs:
         s = summary[c]
-        lines.append(f"| {c} | {s['episodes']} | {s['tasks']} | {_f(s['score'])} | {_f(s['success_pct'])} | {_f(s['steps_at_succ'])} |")
+        lines.append(f"| {c} | {s['episodes']} | {s['tasks']} | {_f(s['score'])}{_ci(s.get('score_interval'))} | "
+                     f"{_f(s['success_pct'])}{_wilson(s.get('success'))} | {_f(s['steps_at_succ'])} |")
     lines += ["", "Table 2. Mean final score by oracle-length group (relative change vs baseline)", "",
               "| config | " + " | ".join(f"{g} (≤{hi})" if hi < 10**9 else f"{g} (>{lo - 1})" for g, lo, hi in GROUPS) + " |",
               "|---|" + "---|" * len(GROUPS)]
@@ -101,7 +137,8 @@ def tables_markdown(summary: dict[str, dict[str, Any]]) -> str:
             v = summary[c]["groups"][g]["score"]
             b = base["groups"][g]["score"] if base else None
             rel = f" ({100.0 * (v - b) / b:+.1f} %)" if (v is not None and b and c != "baseline") else ""
-            cells.append(_f(v) + rel + f" [n={summary[c]['groups'][g]['tasks']}]")
+            cells.append(_f(v) + _ci(summary[c]["groups"][g].get("score_interval")) + rel
+                         + f" (n={summary[c]['groups'][g]['tasks']})")
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     lines += ["", "Mechanism counts (mean per episode)", "",
               "| config | mem writes | T1 | T4 | Gate-1 drops | Gate-1 repairs | Critic | System-2 | Swift-exec % | buffer-exec % | invalid steps |",
@@ -122,7 +159,44 @@ def tables_markdown(summary: dict[str, dict[str, Any]]) -> str:
     for t in tasks:
         gl = next(summary[c]["per_task"][t]["gold_len"] for c in cfgs if t in summary[c]["per_task"])
         lines.append(f"| {t} | {_f(gl, 0)} | " + " | ".join(_f(summary[c]["per_task"].get(t, {}).get("score")) for c in cfgs) + " |")
+    if comps:
+        lines += comparisons_markdown(comps["score"], "Paired comparisons: per-task final score (points, 0-100)", "task")
+        lines += comparisons_markdown(comps["success"], "Paired comparisons: per-task success rate (percentage points)",
+                                      "task", scale=100.0, nd=1)
     return "\n".join(lines) + "\n"
+
+
+def summary_chart(summary: dict[str, dict[str, Any]], path: str) -> None:
+    """Two panels per configuration: mean final score (bootstrap interval over tasks) and success
+    rate (Wilson interval over episodes), as bars with error bars (PNG, atomic)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    cfgs = [c for c in CONFIG_NAMES if c in summary]
+    fig = Figure(figsize=(max(6.0, 1.2 * len(cfgs) + 3), 3.6))
+    for k, (key, ivkey, label, scale) in enumerate((("score", "score_interval", "final score (0-100)", 1.0),
+                                                    ("success", "success", "success rate (%)", 100.0))):
+        ax = fig.add_subplot(1, 2, k + 1)
+        vals, los, his = [], [], []
+        for c in cfgs:
+            iv = summary[c].get(ivkey) or {}
+            v = iv.get("mean", iv.get("rate"))
+            v = float("nan") if v is None else scale * v
+            vals.append(v)
+            los.append(v - scale * iv["low"] if iv else 0.0)
+            his.append(scale * iv["high"] - v if iv else 0.0)
+        ax.bar(range(len(cfgs)), vals, color=[f"C{i}" for i in range(len(cfgs))])
+        ax.errorbar(range(len(cfgs)), vals, yerr=[los, his], fmt="none", ecolor="black", capsize=4, lw=1)
+        ax.set_xticks(range(len(cfgs)))
+        ax.set_xticklabels(cfgs)
+        ax.set_ylabel(label)
+        ax.set_ylim(0, max(1.0, max((v + h for v, h in zip(vals, his) if v == v), default=1.0)) * 1.1)
+    fig.suptitle("95 % intervals: bootstrap over tasks (score), Wilson over episodes (success)", fontsize=9)
+    fig.tight_layout()
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=110)
 
 
 def score_chart(summary: dict[str, dict[str, Any]], path: str) -> None:
@@ -178,11 +252,12 @@ def report(run: str, out: str | None = None, all_episodes: bool = False) -> dict
     if not summary:
         raise ValueError(f"run: no (task, variation) was evaluated by every configuration in {run}")
     out = out or run
-    write_json(os.path.join(out, "report.json"), {"configs": summary, "unpaired_episodes_left_out": dropped})
-    md = tables_markdown(summary) + f"\nEpisodes left out because not every configuration ran them: {dropped}\n"
-    tmp = os.path.join(out, "tables.md.tmp")
-    with open(tmp, "w") as f:
+    comps = comparisons(summary)
+    write_json(os.path.join(out, "report.json"), {"configs": summary, "unpaired_episodes_left_out": dropped,
+                                                  "comparisons": comps})
+    md = tables_markdown(summary, comps) + f"\nEpisodes left out because not every configuration ran them: {dropped}\n"
+    with atomic_open(os.path.join(out, "tables.md")) as f:
         f.write(md)
-    os.replace(tmp, os.path.join(out, "tables.md"))
     score_chart(summary, os.path.join(out, "scores.png"))
+    summary_chart(summary, os.path.join(out, "summary.png"))
     return summary
