@@ -1,0 +1,189 @@
+"""Every report carries the statistics of docs/statistics.md: Wilson intervals on success rates,
+AUROC2 with its interval and episode counts (or "undefined"), paired comparisons of the
+configurations with interval and p-value, plots with error bars; old JSON keys kept."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from metacog_fast.metrics import auroc2, compare_paired, success_interval, wilson_interval
+
+TYPES = ("pick_and_place_simple", "look_at_obj_in_light")
+
+
+def _alf_record(agent: str, game: str, ttype: str, won: bool, probs: list[float] | None) -> dict:
+    rec = {"game": game, "task_type": ttype, "episode": 1, "phase": "test", "agent": agent, "won": won,
+           "steps": 10 if won else 50, "step_log": [{"agent_seconds": 0.01, "how": "exact"}] * 3,
+           "llm": {"calls": 3, "prompt_tokens": 100, "completion_tokens": 10, "seconds": 1.0},
+           "env_seconds": 0.1, "agent_seconds": 0.03, "wall_seconds": 1.2}
+    if probs is not None:
+        rec["chunk_probs_pre"] = probs
+    return rec
+
+
+def _alf_run(root, agent: str, wins: list[bool], probs: list[list[float]] | None) -> None:
+    d = root / agent
+    (d / "episodes").mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"config": {"agent": agent, "adapt_episodes": 0}}))
+    for g, won in enumerate(wins):
+        game = f"game{g:02d}"
+        (d / "episodes" / game).mkdir()
+        rec = _alf_record(agent, game, TYPES[g % 2], won, probs[g] if probs else None)
+        (d / "episodes" / game / "test_1.json").write_text(json.dumps(rec))
+
+
+def test_alfworld_report_carries_intervals(tmp_path):
+    from metacog_fast.agents.alfworld.report import report
+
+    rng = np.random.default_rng(0)
+    muse_wins = [g % 3 != 0 for g in range(18)]  # 12 successes, 6 failures
+    probs = [list(np.round(rng.random(3) * 0.5 + 0.4 * w, 2)) for w in muse_wins]
+    _alf_run(tmp_path, "muse", muse_wins, probs)
+    # muse-lowest: a single successful episode -> AUROC2 undefined, never a number
+    low_wins = [g == 0 for g in range(18)]
+    _alf_run(tmp_path, "muse-lowest", low_wins, [[0.5, 0.6]] * 18)
+    _alf_run(tmp_path, "react", [g % 2 == 0 for g in range(18)], None)
+    res = report(tmp_path)
+    muse, low, react = res["agents"]["muse"], res["agents"]["muse-lowest"], res["agents"]["react"]
+    # old keys kept
+    for key in ("success_rate", "mean_steps_charged", "per_type", "auroc2_no_adaptation", "chunks_no_adaptation"):
+        assert key in muse
+    # Wilson on every success rate
+    assert muse["success"]["successes"] == 12 and muse["success"]["n"] == 18
+    assert (muse["success"]["low"], muse["success"]["high"]) == wilson_interval(12, 18)
+    assert react["per_type"][TYPES[0]]["success"]["n"] == 9
+    # AUROC2: value from the rank formula, interval, distinct episodes
+    ci = muse["auroc2_no_adaptation_ci"]
+    flat = np.concatenate(probs)
+    y = np.repeat(np.array(muse_wins, float), 3)
+    assert ci["defined"] and ci["value"] == pytest.approx(auroc2(flat, y)) == muse["auroc2_no_adaptation"]
+    assert (ci["positives"], ci["negatives"]) == (12, 6) and ci["low"] <= ci["value"] <= ci["high"]
+    assert set(muse["auroc2_no_adaptation_within_type"]["per_type"]) == set(TYPES)
+    lci = low["auroc2_no_adaptation_ci"]
+    assert low["auroc2_no_adaptation"] is None and not lci["defined"] and lci["reason"] == "n positives = 1 < 5"
+    # comparisons: every pair of agents, paired by game
+    pairs = [(c["a"], c["b"]) for c in res["comparisons"]]
+    assert pairs == [("react", "muse-lowest"), ("react", "muse"), ("muse-lowest", "muse")]  # the tables' order
+    c = res["comparisons"][1]
+    assert c["n"] == 18 and c["diff"] == pytest.approx(-1 / 6)  # react 9/18, muse 12/18
+    assert c["diff"] == compare_paired(react["per_game_success"], muse["per_game_success"]).diff
+    assert 0.0 <= c["p_value"] <= 1.0
+    md = (tmp_path / "tables.md").read_text()
+    assert "undefined (n positives = 1 < 5)" in md and "12 / 6" in md
+    assert "67% [44%, 84%] (12/18)" in md  # Wilson of 12/18
+    assert "## Paired comparisons: per-game success rate" in md
+    assert (tmp_path / "success_rates.png").stat().st_size > 1000
+    stored = json.loads((tmp_path / "report.json").read_text())
+    assert stored["comparisons"][0]["p_value"] is not None
+
+
+def _sw_ep(c: str, task: str, v: int, score: float, won: bool) -> dict:
+    mech = {k: 0 for k in ("memory_writes", "t1", "t4", "gate1_drops", "gate1_repairs", "critic_calls",
+                           "system2_calls", "sage_calls", "invalid_steps")}
+    mech.update(swift_steps=5, buffer_steps=5)
+    return {"config": c, "task": task, "variation": v, "score": score, "won": won, "steps": 10, "gold_len": 15,
+            "mechanisms": mech, "llm_calls": 1, "llm_tokens": 10, "llm_seconds": 1.0, "env_seconds": 1.0,
+            "agent_seconds": 0.01}
+
+
+def test_scienceworld_report_carries_intervals(tmp_path):
+    from metacog_fast.agents.scienceworld.report import report
+    from metacog_fast.agents.scienceworld.store import write_json
+
+    for c, bonus in (("baseline", 0.0), ("full", 20.0)):
+        (tmp_path / "episodes" / c).mkdir(parents=True)
+        for t in range(8):
+            for v in (1, 2):
+                score = 10.0 * t % 50 + bonus + v
+                write_json(str(tmp_path / "episodes" / c / f"t{t}__{v}.json"),
+                           _sw_ep(c, f"t{t}", v, score, won=score >= 40))
+    summary = report(str(tmp_path))
+    b, f = summary["baseline"], summary["full"]
+    assert "score" in b and "success_pct" in b  # old keys
+    assert b["score_interval"]["low"] <= b["score"] <= b["score_interval"]["high"]
+    assert f["success"]["n"] == 16 and (f["success"]["low"], f["success"]["high"]) == \
+        wilson_interval(f["success"]["successes"], 16)
+    rep = json.loads((tmp_path / "report.json").read_text())
+    sc = rep["comparisons"]["score"][0]
+    assert (sc["a"], sc["b"], sc["n"]) == ("baseline", "full", 8)
+    assert sc["diff"] == pytest.approx(-20.0) and sc["p_value"] == 0.0 and sc["high"] < 0
+    md = (tmp_path / "tables.md").read_text()
+    assert "Paired comparisons: per-task final score" in md and "| baseline | full | -20.00 |" in md
+    assert "< 1e-04" in md
+    assert (tmp_path / "summary.png").stat().st_size > 1000
+
+
+def test_experience_metrics_carry_intervals(tmp_path):
+    from metacog_fast.agents.experience.metrics import summarise, write_metrics
+
+    def ep(cond: str, it: int, g: int, won: bool) -> dict:
+        return {"condition": cond, "iteration": it, "game_arg": str(g), "game": f"g{g}", "won": won,
+                "score": float(won), "subtasks_total": 3, "subtasks_flagged": 2 if won else 1, "retries": 0,
+                "replans": 0, "replans_changed": 0, "tokens": 100, "env_actions": 20, "seconds": 1.0}
+
+    eps = [ep("baseline", 0, g, g < 2) for g in range(10)] + [ep("memory", 1, g, g < 8) for g in range(10)]
+    m = summarise(eps)
+    base, mem = m["rows"]
+    assert base["success_rate"] == 0.2 and base["success"] == success_interval([True] * 2 + [False] * 8).to_dict()
+    assert mem["subtask_success_interval"]["successes"] == 8 * 2 + 2 * 1 and mem["subtask_success_interval"]["n"] == 30
+    (c,) = m["comparisons"]
+    assert (c["a"], c["b"], c["n"]) == ("baseline@0", "memory@1", 10) and c["diff"] == pytest.approx(-0.6)
+    assert c["p_value"] < 0.05
+    write_metrics(m, str(tmp_path))
+    md = (tmp_path / "tables.md").read_text()
+    assert "20% [6%, 51%] (2/10)" in md and "| baseline@0 | memory@1 | -60.0 |" in md
+    assert json.loads((tmp_path / "metrics.json").read_text())["comparisons"][0]["n"] == 10
+    assert (tmp_path / "learning_curve.png").stat().st_size > 1000
+
+
+def test_sim_ablation_statistics():
+    from metacog_fast.sim.evaluation import ablation_statistics, ablation_statistics_markdown
+
+    def run(seed: int, alive: int, judge: float) -> dict:
+        return {"seed": seed, "judge_mean": judge, "judge_expected": judge + 0.5,
+                "metrics": {"alive": alive, "agents": 4, "survival_rate": alive / 4}}
+
+    res = {"all": [run(s, 3, 5.0 + s) for s in range(4)], "memory_only": [run(s, 1, 4.0 + s) for s in range(4)]}
+    st = ablation_statistics(res)
+    assert st["rates"]["all"]["survival"] == {"rate": 0.75, "low": wilson_interval(12, 16)[0],
+                                              "high": wilson_interval(12, 16)[1], "successes": 12, "n": 16, "runs": 4}
+    (c,) = st["comparisons"]["survival_rate"]
+    assert (c["a"], c["b"], c["n"], c["diff"]) == ("all", "memory_only", 4, 0.5) and c["p_value"] == 0.0
+    (j,) = st["comparisons"]["judge_mean"]
+    assert j["diff"] == pytest.approx(1.0)
+    md = ablation_statistics_markdown(st)
+    assert "75% [" in md and "| all | memory_only | +50.0 |" in md and "seeds |" in md
+    with pytest.raises(ValueError, match="results"):
+        ablation_statistics({})
+
+
+def test_metaworld_tables_and_sa_metrics_carry_intervals():
+    from metacog_fast.train.report import sa_metrics, table_markdown
+
+    rng = np.random.default_rng(1)
+    E, T = 12, 6
+    success = np.array([e % 2 for e in range(E)])
+    psi = np.clip(rng.random((E * T, 5)) * 0.5 + 0.4 * np.repeat(success, T)[:, None], 0, 1)
+    lab = np.repeat(success, T)[:, None] * np.ones((1, 5))
+    out = np.repeat(success, T)
+    eps = np.repeat(np.arange(E), T).tolist()
+    m = sa_metrics(psi, lab, out, eps, [f"task{e % 3}" for e in eps])
+    assert m["auroc2_ci"]["defined"] and (m["auroc2_ci"]["positives"], m["auroc2_ci"]["negatives"]) == (6, 6)
+    assert m["auroc2"] == pytest.approx(auroc2(psi.sum(-1), out))
+    assert set(m["auroc2_within_task"]["per_type"]) == {"task0", "task1", "task2"}
+    few = sa_metrics(psi[: 4 * T], lab[: 4 * T], out[: 4 * T], eps[: 4 * T])
+    assert np.isnan(few["auroc2"]) and "n positives = 2 < 5" in few["auroc2_note"]
+    assert not few["auroc2_ci"]["defined"]
+    per_task = {"reach": {"success_rate": 0.5, "success_interval": success_interval([1, 0]).to_dict(),
+                          "mean_steps_to_success": 10.0, "solved": True}}
+    results = {"MUSE": {"metacognitive_accuracy": 0.6, **m, "tasks_solved": 1, "tasks": 1, "success_rate": 0.5,
+                        "success": success_interval([1, 0]).to_dict(), "episodes": 2, "per_task": per_task},
+               "Dreamer-v3": {"tasks_solved": 0, "tasks": 1, "success_rate": 0.0,
+                              "success": success_interval([0, 0]).to_dict(), "episodes": 2,
+                              "per_task": {"reach": {**per_task["reach"], "success_rate": 0.0}}}}
+    md = table_markdown(results, [{"a": "MUSE", "b": "Dreamer-v3", "defined": False, "reason": "1 common units < 2",
+                                   "n": 1}])
+    assert "(6 successful / 6 failed episodes)" in md and "AUROC2 within task" in md
+    assert "50% [9%, 91%] (1/2)" in md and "undefined (1 common units < 2)" in md
