@@ -63,6 +63,7 @@ def _specs() -> dict[str, tuple[Flags, ...]]:
         "train metaworld": (train.TRAIN_FLAGS,),
         "adapt metaworld": (train.ADAPT_FLAGS,),
         "train assess": (train.ASSESS_FLAGS,),
+        "report scienceworld-swift": (scienceworld.swift_eval_flags(),),
         "finetune data": (Flags(DataConfig),),
         "finetune sft": (Flags(SFTConfig),),
         "finetune export": (Flags(ExportConfig),),
@@ -79,7 +80,7 @@ def test_every_command_answers_help_from_metacog(capsys):
     names = {" ".join(p) for p in paths}
     # the commands that were reachable only through ``python -m ...`` before
     assert {"train assess", "train metaworld", "adapt metaworld", "sim ablate", "sim report", "memory import",
-            "finetune dpo", "learn", "report scienceworld"} <= names
+            "finetune dpo", "learn", "report scienceworld", "report scienceworld-swift"} <= names
     for path in paths:
         with pytest.raises(SystemExit) as exc:
             main([*path, "--help"])
@@ -262,6 +263,7 @@ LEGACY_FLAGS = {  # every flag of every command before the move (and of ``python
                   "--scenario --seed --step-budget --steps --world",
     "train metaworld": "--agent --backend --no-progress --out --profile --run-dir --seed --sr-z --threads",
     "train assess": "--backend --checkpoint --episodes-per-task --names --novel --out --roc --seed --tasks --threads",
+    "report scienceworld-swift": "--max-steps --out --tasks",  # was python -m metacog_fast.agents.scienceworld.swift_eval
 }
 
 

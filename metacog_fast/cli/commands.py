@@ -66,6 +66,9 @@ COMMANDS: tuple[Command, ...] = (
             "metacog_fast.cli.alfworld:attach_report"),
     Command(("report", "scienceworld"), "tables, mechanism counts and score chart of a ScienceWorld run",
             "metacog_fast.cli.scienceworld:attach_report"),
+    Command(("report", "scienceworld-swift"), "which ScienceWorld Swift is better: a run's ranker vs the LLM, "
+                                              "top-1 agreement with held-out gold steps",
+            "metacog_fast.cli.scienceworld:attach_swift_eval"),
     Command(("learn",), "experience-memory agents learning on the job (metacog learn alfworld --iterations 3)",
             "metacog_fast.cli.experience:attach_learn"),
     Command(("memory",), "show, export or import experience memory (metacog memory show FILE)",

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except ConfigError as e:  # a value the configuration rejects: an argparse-style error naming the flag
+    except (ConfigError, FileNotFoundError) as e:  # bad input: an argparse-style error naming the argument
         print(f"{parser.prog} {' '.join(argv[:1])}: error: {e}", file=sys.stderr)
         return 2
 

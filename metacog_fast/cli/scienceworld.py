@@ -1,4 +1,5 @@
-"""``metacog run scienceworld`` and ``metacog report scienceworld <run>``.
+"""``metacog run scienceworld``, ``metacog report scienceworld <run>`` and
+``metacog report scienceworld-swift <run>`` (ranker vs LLM Swift on held-out gold steps).
 
 Flags come from :class:`metacog_fast.agents.scienceworld.runner.RunConfig` and
 :class:`~metacog_fast.runs.ExecutorConfig`; folders are plain arguments.
@@ -59,6 +60,29 @@ def attach_run(p: argparse.ArgumentParser) -> None:
     """Fills ``metacog run scienceworld``."""
     add_run_arguments(p)
     p.set_defaults(func=run_cmd)
+
+
+def swift_eval_flags() -> Flags:
+    from metacog_fast.agents.scienceworld.runner import parse_tasks
+    from metacog_fast.agents.scienceworld.swift_eval import SwiftEvalConfig
+
+    return Flags(SwiftEvalConfig, parsers={"tasks": parse_tasks}, shown={"tasks": "0-29"})
+
+
+def swift_eval_cmd(a: argparse.Namespace) -> int:
+    cfg = config_from_args(swift_eval_flags(), a)
+    from metacog_fast.agents.scienceworld.swift_eval import evaluate_swift
+
+    print(json.dumps(evaluate_swift(a.run, cfg, a.out)))
+    return 0
+
+
+def attach_swift_eval(p: argparse.ArgumentParser) -> None:
+    """Fills ``metacog report scienceworld-swift``."""
+    p.add_argument("run", help="run folder holding ranker.npz")
+    add_config_flags(p, swift_eval_flags())
+    p.add_argument("--out", required=True, help="result JSON")
+    p.set_defaults(func=swift_eval_cmd)
 
 
 def attach_report(p: argparse.ArgumentParser) -> None:

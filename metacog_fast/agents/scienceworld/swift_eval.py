@@ -2,10 +2,12 @@
 
 Held-out = train variations the ranker was not trained on (index ``skip`` onwards), so the
 comparison is imitation accuracy of the learned ranker vs the LLM's constrained choice.
+``metacog report scienceworld-swift RUN --tasks 0,3 --out F``.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from metacog_fast.agents.scienceworld.swift import GoldExample, LLMSwift, RankerSwift, SwiftState
@@ -48,34 +50,45 @@ def compare(examples: list[GoldExample], ranker: RankerSwift, llm_swift: LLMSwif
             "ranker_ms_per_step": 1000 * secs["ranker"] / n, "llm_ms_per_step": 1000 * secs["llm"] / n}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m metacog_fast.agents.scienceworld.swift_eval RUN --tasks 0,3 --max-steps 60 --out F``."""
-    import argparse
+@dataclass
+class SwiftEvalConfig:
+    """Which held-out gold steps the two Swift proposers are compared on."""
+
+    tasks: list[int] = field(default_factory=lambda: list(range(30)))
+    """Task indices (0-29) whose held-out train variation supplies gold steps."""
+    max_steps: int = 60
+    """Held-out gold steps sampled at most (shuffled with seed 0)."""
+
+    def validate(self) -> "SwiftEvalConfig":
+        if not self.tasks or any(not 0 <= t < 30 for t in self.tasks):
+            raise ValueError(f"tasks: expected indices in 0..29, got {self.tasks}")
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps: expected >= 1, got {self.max_steps}")
+        return self
+
+
+def evaluate_swift(run: str, cfg: SwiftEvalConfig, out: str) -> dict[str, Any]:
+    """The run's trained ranker (``run/ranker.npz``) vs the LLM Swift on held-out gold steps of
+    ``cfg.tasks``; writes ``out`` (JSON) and returns it."""
     import os
     import random
 
-    from metacog_fast.agents.scienceworld.runner import parse_tasks
     from metacog_fast.agents.scienceworld.store import write_json
     from metacog_fast.agents.scienceworld.swift import RankerModel
     from metacog_fast.llm import open_llm
 
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("run", help="run folder holding ranker.npz")
-    p.add_argument("--tasks", default="0-29")
-    p.add_argument("--max-steps", type=int, default=60, help="held-out gold steps sampled at most")
-    p.add_argument("--out", required=True)
-    a = p.parse_args(argv)
-    ex = heldout_gold(parse_tasks(a.tasks))
+    cfg.validate()
+    ranker_path = os.path.join(run, "ranker.npz")
+    if not os.path.isfile(ranker_path):
+        raise FileNotFoundError(f"run: no trained ranker at {ranker_path}")
+    ex = heldout_gold(cfg.tasks)
     random.Random(0).shuffle(ex)
-    ex = ex[: a.max_steps]
+    ex = ex[: cfg.max_steps]
     llm = open_llm(n_threads=1)
-    res = compare(ex, RankerSwift(RankerModel.load(os.path.join(a.run, "ranker.npz"))), LLMSwift(llm))
-    llm.close()
-    res["tasks"] = a.tasks
-    write_json(a.out, res)
-    print(res)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        res = compare(ex, RankerSwift(RankerModel.load(ranker_path)), LLMSwift(llm))
+    finally:
+        llm.close()
+    res["tasks"] = list(cfg.tasks)
+    write_json(out, res)
+    return res
