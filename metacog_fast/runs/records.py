@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from metacog_fast._atomic import atomic_open
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any, indent: int | None = 1) -> Path:
-    """Write ``obj`` as JSON to ``path`` atomically; returns the path."""
+def write_json_atomic(path: str | os.PathLike, obj: Any, indent: int | None = 1,
+                      default: Callable[[Any], Any] | None = None) -> Path:
+    """Write ``obj`` as JSON to ``path`` atomically; ``default`` converts what json cannot
+    (as in ``json.dump``). Returns the path."""
     with atomic_open(path, "w") as f:
-        json.dump(obj, f, indent=indent)
+        json.dump(obj, f, indent=indent, default=default)
     return Path(path)
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import datetime as _dt
-import json
 import os
 import random
 import threading
@@ -619,11 +618,10 @@ class Simulation:
 
 
 def write_json(path: str, doc: Any) -> None:
-    """Atomic JSON write (temp file + os.replace)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1, default=_json_default)
-    os.replace(tmp, path)
+    """Atomic JSON write (temp file + fsync + os.replace: ``metacog_fast.runs.records``)."""
+    from metacog_fast.runs.records import write_json_atomic
+
+    write_json_atomic(path, doc, default=_json_default)
 
 
 def _json_default(o: Any) -> Any:

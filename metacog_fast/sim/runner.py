@@ -1,15 +1,20 @@
 """One run end to end (simulate, interview, judge, save run.json + evaluation.json +
-viewer.html) and the ablation over module sets (3 runs per configuration)."""
+viewer.html) and the ablation over module sets (3 runs per configuration), each run a task of
+the one harness (``metacog_fast.runs``, docs/runs.md): resumable, on any executor."""
 from __future__ import annotations
 
 import json
 import os
 import statistics
 import time
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+from metacog_fast._atomic import atomic_open
 
 from metacog_fast.agents.generative import AgentConfig, Features
+from metacog_fast.runs import ExecutorConfig, Record, RunFolder, SideFile, Task, run_tasks
 from metacog_fast.sim.engine import SimConfig, Simulation, write_json
 from metacog_fast.sim.evaluation import CRITERIA, culprit_named, expected_rating, interview, judge
 from metacog_fast.sim.llm_adapter import SimLLM
@@ -143,31 +148,72 @@ def reaggregate(out_dir: str, configs: tuple[str, ...] = DEFAULT_ABLATION) -> di
 
 def _write_ablation(out_dir: str, doc: dict[str, Any]) -> None:
     write_json(os.path.join(out_dir, "ablation.json"), doc)
-    tmp = os.path.join(out_dir, "ablation.md.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(os.path.join(out_dir, "ablation.md"), "w") as f:
         f.write(markdown_table(doc))
-    os.replace(tmp, os.path.join(out_dir, "ablation.md"))
 
 
-def ablate(opts: RunOptions, out_dir: str, llm: SimLLM, encoder: TextEncoder, configs: tuple[str, ...] = DEFAULT_ABLATION,
-           runs: int = 3, agent_config: AgentConfig | None = None, log: Any = print) -> dict[str, Any]:
-    """``runs`` runs (seeds seed, seed+1, ...) of each named configuration; writes ablation.json/.md."""
+def summary_key(name: str, r: int) -> str:
+    """The harness key of an ablation run's summary (``<config>_run<r>/summary.json``)."""
+    return f"{name}_run{r}/summary"
+
+
+def play_ablation_run(payload: dict[str, Any], done: Mapping[str, Any], workdir: Path) -> Iterator[Record | SideFile]:
+    """Task function (``metacog_fast.runs``): one ablation run in ``workdir/<config>_run<r>``; its
+    files (run.json, evaluation.json, viewer.html, the memory store) go back to the run folder,
+    then its summary as the record."""
+    name, r = payload["name"], payload["run"]
+    sub = f"{name}_run{r}"
+    llm, encoder = payload.get("llm"), payload.get("encoder")
+    own = llm is None
+    if own:
+        llm, encoder = open_resources(payload.get("llm_uri"), payload.get("n_threads"))
+    try:
+        s = run_once(payload["opts"], CONFIGS[name], str(workdir / sub), llm, encoder, payload["agent_config"])
+    finally:
+        if own:
+            llm.llm.close()
+    yield from (f for f in SideFile.collect(workdir, sub) if f.path != f"{sub}/summary.json")
+    yield Record(summary_key(name, r), s)
+
+
+def ablate(opts: RunOptions, out_dir: str, llm: SimLLM | None, encoder: TextEncoder | None,
+           configs: tuple[str, ...] = DEFAULT_ABLATION, runs: int = 3, agent_config: AgentConfig | None = None,
+           log: Any = print, executor: ExecutorConfig | None = None, llm_uri: str | None = None,
+           n_threads: int | None = None) -> dict[str, Any]:
+    """``runs`` runs (seeds seed, seed+1, ...) of each named configuration; writes ablation.json/.md.
+    Resumable: a run whose summary.json exists is not played again (the folder's config.json must
+    match ``opts`` and ``agent_config``). ``llm``/``encoder``: objects used in this process; None:
+    each run opens ``llm_uri`` (``n_threads``) itself, which any ``executor`` can run."""
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         raise ValueError(f"configs: unknown {unknown}; known: {sorted(CONFIGS)}")
     if runs < 1:
         raise ValueError(f"runs: expected >= 1, got {runs}")
+    if (llm is None) != (encoder is None):
+        raise ValueError("llm, encoder: give both (runs in this process) or neither (each run opens its own)")
+    ac = agent_config or AgentConfig()
+    ex = executor or ExecutorConfig()
+    if llm is not None:
+        if ex.executor not in ("local", "inline"):
+            raise ValueError(f"llm: LLM objects run in this process only; pass llm=None, encoder=None and "
+                             f"llm_uri to run on executor {ex.executor!r}")
+        ex = replace(ex, executor="inline")
     base_seed = opts.seed if opts.seed is not None else load_scenario(opts.scenario, opts.world, n_agents=1).seed
-    results: dict[str, list[dict[str, Any]]] = {}
+    folder = RunFolder(out_dir, {"opts": asdict(opts), "agent_config": asdict(ac)})
+    tasks = []
     for name in configs:
         for r in range(runs):
-            o = replace(opts, seed=base_seed + r)
-            d = os.path.join(out_dir, f"{name}_run{r}")
-            t0 = time.perf_counter()
-            s = run_once(o, CONFIGS[name], d, llm, encoder, agent_config)
-            log(f"[ablate] {name} run {r}: alive {s['metrics']['alive']}/{s['agents']}, judge {s['judge_mean']}, "
-                f"LLM calls {s['metrics']['llm_cost']['calls']}, {time.perf_counter() - t0:.0f} s")
-            results.setdefault(name, []).append(s)
+            payload = {"name": name, "run": r, "opts": replace(opts, seed=base_seed + r), "agent_config": ac,
+                       "llm": llm, "encoder": encoder, "llm_uri": llm_uri, "n_threads": n_threads}
+            tasks.append(Task(f"{name}_run{r}", payload, (summary_key(name, r),)))
+
+    def report_run(key: str, s: dict[str, Any]) -> None:
+        log(f"[ablate] {key.rsplit('/', 1)[0]}: alive {s['metrics']['alive']}/{s['agents']}, judge {s['judge_mean']}, "
+            f"LLM calls {s['metrics']['llm_cost']['calls']}, simulated in {s['sim_seconds']:.0f} s")
+
+    run_tasks(folder, tasks, play_ablation_run, ex, desc="sim/ablate", on_record=report_run)
+    results: dict[str, list[dict[str, Any]]] = {name: [folder.read(summary_key(name, r)) for r in range(runs)]
+                                                for name in configs}
     table = {name: aggregate(rs) for name, rs in results.items()}
     doc = {"scenario": opts.scenario, "agents": opts.agents, "steps": opts.steps, "runs": runs,
            "configs": {n: CONFIGS[n].label() for n in configs}, "table": table, "runs_detail": results}
