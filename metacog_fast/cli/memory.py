@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
 
 
 def _show(a: argparse.Namespace) -> int:
@@ -28,7 +31,8 @@ def _import(a: argparse.Namespace) -> int:
     return 0
 
 
-def _or_exit(fn, *args):  # type: ignore[no-untyped-def]
+def _or_exit(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``; a missing file ends the command with an error line naming it (exit code 1)."""
     try:
         return fn(*args)
     except FileNotFoundError as e:
