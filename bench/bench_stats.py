@@ -26,7 +26,7 @@ import time
 import numpy as np
 import pytest
 
-from metacog_fast.metrics.clustered import _episode_kinds, _pair_matrix
+from metacog_fast.metrics.clustered import _episode_kinds, _pair_matrix, replicate_auroc2
 from metacog_fast.metrics.resample import mean_replicates, ratio_of_quadratic_forms, stratified_counts, unit_indices
 
 numba = pytest.importorskip("numba")
@@ -92,24 +92,22 @@ def test_clustered_auroc2(benchmark, episodes, rows_per_episode):
     p, n, kind = _episode_kinds(y, ep, E)
 
     def numpy_full():
-        counts = stratified_counts(kind, RESAMPLES, 0)
-        return ratio_of_quadratic_forms(counts, _pair_matrix(s, y, ep, E), p[:, None], n[:, None])
+        return replicate_auroc2(s, y, ep, stratified_counts(kind, RESAMPLES, 0))
 
     def numba_full():
         return auc_replicates_numba(s, y, ep, stratified_counts(kind, RESAMPLES, 0))
 
     assert np.array_equal(numba_full(), numpy_full())  # exact: sums of half-integers
     counts = stratified_counts(kind, RESAMPLES, 0)
-    K = _pair_matrix(s, y, ep, E)
+    pairs = _pair_matrix(s, y, ep, E)
     t_np = _best(numpy_full)
     benchmark.pedantic(numba_full, rounds=ROUNDS, warmup_rounds=1)
     t_nb = benchmark.stats.stats.min
     benchmark.extra_info.update({
         "episodes": E, "rows_per_episode": L, "rows": E * L, "resamples": RESAMPLES,
         "numpy_s": t_np, "numba_s": t_nb, "ratio": t_np / t_nb,
-        "numpy_kernel_s": _best(lambda: ratio_of_quadratic_forms(counts, _pair_matrix(s, y, ep, E), p[:, None],
-                                                                 n[:, None])),
+        "numpy_kernel_s": _best(lambda: replicate_auroc2(s, y, ep, counts)),
         "numpy_pair_matrix_s": _best(lambda: _pair_matrix(s, y, ep, E)),
-        "numpy_replicates_only_s": _best(lambda: ratio_of_quadratic_forms(counts, K, p[:, None], n[:, None])),
+        "numpy_replicates_only_s": _best(lambda: ratio_of_quadratic_forms(counts, *pairs, p[:, None], n[:, None])),
         "numba_kernel_s": _best(lambda: auc_replicates_numba(s, y, ep, counts)),
         "draw_s": _best(lambda: stratified_counts(kind, RESAMPLES, 0)), **_threads()})

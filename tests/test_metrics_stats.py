@@ -23,8 +23,8 @@ from metacog_fast.metrics import (
     success_interval,
     wilson_interval,
 )
-from metacog_fast.metrics.clustered import _episode_kinds, _pair_matrix
-from metacog_fast.metrics.resample import ratio_of_quadratic_forms, stratified_counts
+from metacog_fast.metrics.clustered import _episode_kinds, replicate_auroc2
+from metacog_fast.metrics.resample import stratified_counts
 
 Z = NormalDist().inv_cdf(0.975)
 
@@ -160,11 +160,11 @@ def test_replicates_equal_explicitly_resampled_data():
     # each replicate from the pair matrix equals the AUROC2 of the data rebuilt from the drawn episodes
     s, y, ep = _episodes(25, 4, 3)
     E = 25
-    p, n, kind = _episode_kinds(y, ep, E)
+    _, _, kind = _episode_kinds(y, ep, E)
     counts = stratified_counts(kind, 100, 11)
-    reps = ratio_of_quadratic_forms(counts, _pair_matrix(s, y, ep, E), p[:, None], n[:, None])
+    reps = replicate_auroc2(s, y, ep, counts)
     for b in range(0, 100, 9):
-        take = np.concatenate([np.flatnonzero(ep == e).repeat(1) for e in range(E) for _ in range(int(counts[b, e]))])
+        take = np.concatenate([np.flatnonzero(ep == e) for e in range(E) for _ in range(int(counts[b, e]))])
         assert reps[b] == pytest.approx(auroc2(s[take], y[take]), abs=1e-12)
     # stratified: every resample holds as many successful episodes as the data
     assert np.all(counts[:, kind == 0].sum(axis=1) == (kind == 0).sum())
@@ -292,3 +292,24 @@ def test_plots_show_intervals(tmp_path):
     s, y, ep = _episodes(30, 3, 12)
     r = auroc2_clustered(s, y, ep.tolist())
     assert plot_type2_roc(s, y, tmp_path / "roc.png", result=r).stat().st_size > 1000
+
+
+def test_mixed_outcome_episodes_and_the_pair_matrix_limit(monkeypatch):
+    # rows of one episode may disagree (e.g. per-step labels): replicates still equal rebuilt data
+    rng = np.random.default_rng(13)
+    E, L = 20, 5
+    ep = np.repeat(np.arange(E), L)
+    y = (rng.random(E * L) < 0.5).astype(np.int64)
+    s = np.round(rng.normal(size=E * L) + y, 1)
+    _, _, kind = _episode_kinds(y, ep, E)
+    assert (kind == 2).any()
+    counts = stratified_counts(kind, 50, 2)
+    reps = replicate_auroc2(s, y, ep, counts)
+    for b in range(0, 50, 7):
+        take = np.concatenate([np.flatnonzero(ep == e) for e in range(E) for _ in range(int(counts[b, e]))])
+        assert reps[b] == pytest.approx(auroc2(s[take], y[take]), abs=1e-12)
+    import metacog_fast.metrics.clustered as cl
+
+    monkeypatch.setattr(cl, "MAX_PAIR_MATRIX", 100)
+    with pytest.raises(ValueError, match=r"episodes: \d+ episodes with a success x \d+ with a failure need a"):
+        auroc2_clustered(s, y, ep.tolist())

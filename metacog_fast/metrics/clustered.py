@@ -29,8 +29,9 @@ Computation: with K[e, f] = sum over positive rows i of episode e and negative r
 of H(s_i - s_j) (1 above, 1/2 tied), p_e / n_e the positive / negative rows of e and c_b the
 counts with which resample b drew each episode, the replicate AUROC2 is exactly
 (c_b K c_b) / (c_b D c_b) with D = p n^T (sum over types of p_t n_t^T for the within-type AUROC2,
-K then masked to same-type pairs). K is built once in O(R log R + E G); each replicate then costs
-one [E_pos] x [E_pos, E_neg] product (metrics/resample.py).
+K then masked to same-type pairs). K is non-zero only between episodes with a positive row and
+episodes with a negative row; that [E_pos, E_neg] block is built once in O(R log R + E G) and
+each replicate then costs one [E_pos] x [E_pos, E_neg] product (metrics/resample.py).
 """
 from __future__ import annotations
 
@@ -123,17 +124,34 @@ def _codes(ids: Sequence[Hashable], name: str, n: int) -> tuple[np.ndarray, list
     return codes, list(table)
 
 
-def _pair_matrix(s: np.ndarray, y: np.ndarray, ep: np.ndarray, E: int) -> np.ndarray:
-    """K [E, E]: K[e, f] = sum_{i pos in e, j neg in f} (1[s_i > s_j] + 0.5 * 1[s_i == s_j])."""
+MAX_PAIR_MATRIX = 50_000_000
+"""Largest (episodes with a success) x (episodes with a failure) pair matrix built (400 MB)."""
+
+
+def _pair_matrix(s: np.ndarray, y: np.ndarray, ep: np.ndarray, E: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(K [Ep, En], rows [Ep], cols [En]): rows / cols are the episodes with a positive / negative
+    row, K[a, b] = sum over positive rows i of episode rows[a] and negative rows j of episode
+    cols[b] of (1[s_i > s_j] + 0.5 * 1[s_i == s_j]); the rest of the [E, E] matrix is zero."""
+    pos, neg = y == 1, y == 0
+    rows = np.unique(ep[pos])
+    cols = np.unique(ep[neg])
+    Ep, En = rows.size, cols.size
+    if Ep * En > MAX_PAIR_MATRIX:
+        raise ValueError(f"episodes: {Ep} episodes with a success x {En} with a failure need a "
+                         f"{8 * Ep * En / 1e9:.1f} GB pair matrix (at most {MAX_PAIR_MATRIX:,} cells); "
+                         "give rows of one episode the same id")
     _, g = np.unique(s, return_inverse=True)
     g = g.reshape(-1)
     G = int(g.max()) + 1
-    pos, neg = y == 1, y == 0
-    gp, ep_p = g[pos], ep[pos]
-    gn, ep_n = g[neg], ep[neg]
-    K = np.zeros((E, E), dtype=np.float64)
-    carry = np.zeros(E, dtype=np.float64)  # positive rows of each episode in the groups above the block
-    blk = max(1, _BLOCK_ELEMENTS // max(1, E))
+    row_of = np.full(E, -1, dtype=np.int64)
+    row_of[rows] = np.arange(Ep)
+    col_of = np.full(E, -1, dtype=np.int64)
+    col_of[cols] = np.arange(En)
+    gp, ip = g[pos], row_of[ep[pos]]
+    gn, jn = g[neg], col_of[ep[neg]]
+    K = np.zeros((Ep, En), dtype=np.float64)
+    carry = np.zeros(Ep, dtype=np.float64)  # positive rows of each episode in the groups above the block
+    blk = max(1, _BLOCK_ELEMENTS // max(1, Ep, En))
     for h1 in range(G, 0, -blk):  # from the highest signal values down
         h0 = max(0, h1 - blk)
         w = h1 - h0
@@ -141,16 +159,24 @@ def _pair_matrix(s: np.ndarray, y: np.ndarray, ep: np.ndarray, E: int) -> np.nda
         mn = (gn >= h0) & (gn < h1)
         if not mn.any():
             if mp.any():
-                carry += np.bincount(ep_p[mp], minlength=E)
+                carry += np.bincount(ip[mp], minlength=Ep)
             continue
-        Pb = np.bincount(ep_p[mp] * w + (gp[mp] - h0), minlength=E * w).reshape(E, w).astype(np.float64)
-        Nb = np.bincount(ep_n[mn] * w + (gn[mn] - h0), minlength=E * w).reshape(E, w).astype(np.float64)
+        Pb = np.bincount(ip[mp] * w + (gp[mp] - h0), minlength=Ep * w).reshape(Ep, w).astype(np.float64)
+        Nb = np.bincount(jn[mn] * w + (gn[mn] - h0), minlength=En * w).reshape(En, w).astype(np.float64)
         # positives strictly above group h within the block: reverse cumulative sum, excluding h
         above = np.cumsum(Pb[:, ::-1], axis=1)[:, ::-1] - Pb
-        A = carry[:, None] + above + 0.5 * Pb
-        K += A @ Nb.T
+        K += (carry[:, None] + above + 0.5 * Pb) @ Nb.T
         carry += Pb.sum(axis=1)
-    return K
+    return K, rows, cols
+
+
+def replicate_auroc2(s: np.ndarray, y: np.ndarray, ep: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """[B] AUROC2 of the data rebuilt from each row of episode counts [B, E] (signal s [R], binary
+    outcome y [R], episode codes ep [R] in [0, E)): the numpy kernel of the cluster bootstrap."""
+    E = counts.shape[1]
+    p, n, _ = _episode_kinds(y, ep, E)
+    K, rows, cols = _pair_matrix(s, y, ep, E)
+    return ratio_of_quadratic_forms(counts, K, rows, cols, p[:, None], n[:, None])
 
 
 def _undefined(positives: int, negatives: int, rows: int, min_episodes: int, confidence: float, seed: int,
@@ -187,10 +213,10 @@ def _episode_kinds(y: np.ndarray, ep: np.ndarray, E: int) -> tuple[np.ndarray, n
     return p, n, kind
 
 
-def _bootstrap(K: np.ndarray, P: np.ndarray, N: np.ndarray, strata: np.ndarray, resamples: int,
-               confidence: float, seed: int) -> tuple[float, float]:
+def _bootstrap(pairs: tuple[np.ndarray, np.ndarray, np.ndarray], P: np.ndarray, N: np.ndarray,
+               strata: np.ndarray, resamples: int, confidence: float, seed: int) -> tuple[float, float]:
     counts = stratified_counts(strata, resamples, seed)
-    reps = ratio_of_quadratic_forms(counts, K, P, N)
+    reps = ratio_of_quadratic_forms(counts, *pairs, P, N)
     reps = reps[np.isfinite(reps)]
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(reps, [alpha, 1.0 - alpha])
@@ -210,9 +236,9 @@ def auroc2_clustered(signal: Any, outcome: Any, episodes: Sequence[Hashable], re
     positives, negatives = int((p > 0).sum()), int((n > 0).sum())
     if positives < mn or negatives < mn:
         return _undefined(positives, negatives, s.size, mn, confidence, sd)
-    K = _pair_matrix(s, y, ep, E)
-    value = float(K.sum() / (p.sum() * n.sum()))
-    lo, hi = _bootstrap(K, p[:, None], n[:, None], kind, B, confidence, sd)
+    pairs = _pair_matrix(s, y, ep, E)
+    value = float(pairs[0].sum() / (p.sum() * n.sum()))
+    lo, hi = _bootstrap(pairs, p[:, None], n[:, None], kind, B, confidence, sd)
     return Auroc2Result(value, lo, hi, positives, negatives, int(s.size), True, None, confidence, B, sd)
 
 
@@ -244,12 +270,12 @@ def auroc2_within_types(signal: Any, outcome: Any, episodes: Sequence[Hashable],
     elif positives < mn or negatives < mn:
         pooled = _undefined(positives, negatives, int(in_pool[ep].sum()), mn, confidence, sd)
     else:
-        same = ep_type[:, None] == ep_type[None, :]
-        K = _pair_matrix(s, y, ep, E) * same
+        K, rows, cols = _pair_matrix(s, y, ep, E)
+        K = K * (ep_type[rows][:, None] == ep_type[cols][None, :])  # same-type pairs only
         onehot = (ep_type[:, None] == np.arange(len(ty_ids))[None, :]).astype(np.float64)  # [E, T]
         P, N = p[:, None] * onehot, n[:, None] * onehot
         value = float(K.sum() / (P.sum(axis=0) * N.sum(axis=0)).sum())
-        lo, hi = _bootstrap(K, P, N, ep_type * 3 + kind, B, confidence, sd)
+        lo, hi = _bootstrap((K, rows, cols), P, N, ep_type * 3 + kind, B, confidence, sd)
         pooled = Auroc2Result(value, lo, hi, positives, negatives, int(in_pool[ep].sum()), True, None, confidence,
                               B, sd)
     return Auroc2ByType(per_type, pooled, names)

@@ -66,24 +66,20 @@ def stratified_counts(strata: np.ndarray, resamples: int, seed: int) -> np.ndarr
     return counts
 
 
-def ratio_of_quadratic_forms(counts: np.ndarray, K: np.ndarray, P: np.ndarray, N: np.ndarray) -> np.ndarray:
+def ratio_of_quadratic_forms(counts: np.ndarray, K: np.ndarray, rows: np.ndarray, cols: np.ndarray,
+                             P: np.ndarray, N: np.ndarray) -> np.ndarray:
     """[B] replicate ratios (c K c) / (c D c) for each row c of counts [B, E], with D = P N^T.
 
-    K [E, E]; P, N [E, T] (T = 1 for a plain AUROC2: D = p n^T; one column per task type for the
-    within-type AUROC2, D = sum_t p_t n_t^T). Only the rows of K where some P is non-zero and the
-    columns where some N is non-zero take part (K is zero elsewhere). NaN where c D c = 0."""
+    K [len(rows), len(cols)]: the non-zero block of the [E, E] pair matrix, rows / cols the
+    clusters it covers. P, N [E, T] (T = 1 for a plain AUROC2: D = p n^T; one column per task type
+    for the within-type AUROC2, D = sum_t p_t n_t^T). NaN where c D c = 0."""
     B, E = counts.shape
-    rows = np.flatnonzero(P.any(axis=1))
-    cols = np.flatnonzero(N.any(axis=1))
-    Krc = np.ascontiguousarray(K[np.ix_(rows, cols)])
-    Pr, Nc = P[rows], N[cols]
     out = np.empty(B, dtype=np.float64)
     step = max(1, _BLOCK_ELEMENTS // max(1, E))
     for b0 in range(0, B, step):
-        cr = counts[b0:b0 + step, rows]
-        cc = counts[b0:b0 + step, cols]
-        num = np.einsum("bj,bj->b", cr @ Krc, cc)
-        den = np.einsum("bt,bt->b", cr @ Pr, cc @ Nc)
+        c = counts[b0:b0 + step]
+        num = np.einsum("bj,bj->b", c[:, rows] @ K, c[:, cols])
+        den = np.einsum("bt,bt->b", c @ P, c @ N)
         with np.errstate(invalid="ignore", divide="ignore"):
             out[b0:b0 + step] = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
     return out
