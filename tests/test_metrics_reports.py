@@ -187,3 +187,31 @@ def test_metaworld_tables_and_sa_metrics_carry_intervals():
                                    "n": 1}])
     assert "(6 successful / 6 failed episodes)" in md and "AUROC2 within task" in md
     assert "50% [9%, 91%] (1/2)" in md and "undefined (1 common units < 2)" in md
+
+
+def test_metaworld_refresh_report_from_results_json(tmp_path):
+    from metacog_fast.train.report import refresh_report
+
+    def run(succ: list[int], muse: bool) -> dict:
+        per_task = {f"t{i}-v3": {"episodes": 10, "successes": k, "success_rate": k / 10, "solved": k > 0,
+                                 "mean_steps_to_success": 5.0 if k else float("nan")} for i, k in enumerate(succ)}
+        r = {"episodes": 10 * len(succ), "tasks": len(succ), "tasks_solved": sum(k > 0 for k in succ),
+             "success_rate": sum(succ) / (10 * len(succ)), "per_task": per_task, "steps_evaluated": 100}
+        if muse:
+            r.update(metacognitive_accuracy=0.9, auroc2=float("nan"), auroc2_note="undefined: old")
+        return r
+
+    (tmp_path / "results.json").write_text(json.dumps({"MUSE": run([2, 1, 0], True), "Dreamer": run([0, 0, 0], False)}))
+    res = refresh_report(tmp_path)
+    assert res["MUSE"]["success"]["successes"] == 3 and res["MUSE"]["success"]["n"] == 30
+    assert res["MUSE"]["per_task"]["t0-v3"]["success_interval"]["high"] == wilson_interval(2, 10)[1]
+    assert res["MUSE"]["auroc2"] is None and res["MUSE"]["auroc2_note"] == "undefined: n positives = 3 < 5"
+    stored = json.loads((tmp_path / "results.json").read_text())
+    assert stored["MUSE"]["tasks_solved"] == 2  # old keys kept
+    (c,) = json.loads((tmp_path / "comparisons.json").read_text())["comparisons"]
+    assert (c["a"], c["b"], c["n"]) == ("MUSE", "Dreamer", 3) and c["diff"] == pytest.approx(0.1)
+    md = (tmp_path / "table1.md").read_text()
+    assert "undefined (n positives = 3 < 5)" in md and "10% [3%, 26%] (3/30)" in md
+    assert (tmp_path / "success_rates.png").stat().st_size > 1000
+    with pytest.raises(ValueError, match="out_dir"):
+        refresh_report(tmp_path / "missing")

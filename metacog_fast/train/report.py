@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import os
 import re
@@ -21,6 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from metacog_fast.metrics import (
+    MIN_EPISODES,
     Auroc2Result,
     auroc2_clustered,
     auroc2_within_types,
@@ -232,6 +234,48 @@ def write_report(runs: Mapping[str, tuple[str | Path, ProtocolConfig]], out_dir:
     atomic_write_json(out / "comparisons.json", {"comparisons": comparisons})
     atomic_write_bytes(out / "table1.md", table_markdown(results, comparisons).encode())
     plot_steps_bars(results, T_max, out / "steps_to_success.png")
+    plot_rates_with_intervals({n: {t.replace("-v3", ""): v["success_interval"] for t, v in r["per_task"].items()}
+                               for n, r in results.items()}, out / "success_rates.png",
+                              title="Novel tasks: success rate (Wilson 95 % interval)")
+    return results
+
+
+def refresh_report(out_dir: str | Path) -> dict[str, Any]:
+    """Add the statistics to a report written before they existed, from its ``results.json`` alone
+    (the run folders are not needed): Wilson intervals from the per-task successes/episodes, the
+    AUROC2 verdict where the episode counts decide it (undefined below 5 successful or failed
+    episodes; a defined AUROC2 needs the run's per-step signal, so it is marked as such), and the
+    paired comparisons of the runs. Rewrites results.json (new keys only), comparisons.json,
+    table1.md and success_rates.png."""
+    out = Path(out_dir)
+    path = out / "results.json"
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"out_dir: cannot read {path} ({exc})") from None
+    for name, r in results.items():
+        succ = sum(int(t["successes"]) for t in r["per_task"].values())
+        n = sum(int(t["episodes"]) for t in r["per_task"].values())
+        for t in r["per_task"].values():
+            k, m = int(t["successes"]), int(t["episodes"])
+            t.setdefault("success_interval", success_interval([True] * k + [False] * (m - k)).to_dict())
+        r.setdefault("success", success_interval([True] * succ + [False] * (n - succ)).to_dict())
+        if "metacognitive_accuracy" in r and "auroc2_ci" not in r:
+            pos, neg = succ, n - succ
+            if pos < MIN_EPISODES or neg < MIN_EPISODES:
+                why = ", ".join(f"n {w} = {c} < {MIN_EPISODES}" for w, c in (("positives", pos), ("negatives", neg))
+                                if c < MIN_EPISODES)
+                r["auroc2_ci"] = Auroc2Result(None, None, None, pos, neg, int(r.get("steps_evaluated", 0)), False,
+                                              why).to_dict()
+                r["auroc2"] = None
+                r["auroc2_note"] = f"undefined: {why}"
+            else:
+                r["auroc2_note"] = "interval not computed: refresh_report has no per-step signal; re-run write_report"
+    comparisons = pairwise_comparisons({n: {t: v["success_rate"] for t, v in r["per_task"].items()}
+                                        for n, r in results.items()}, "per-task success rate")
+    atomic_write_json(path, results)
+    atomic_write_json(out / "comparisons.json", {"comparisons": comparisons})
+    atomic_write_bytes(out / "table1.md", table_markdown(results, comparisons).encode())
     plot_rates_with_intervals({n: {t.replace("-v3", ""): v["success_interval"] for t, v in r["per_task"].items()}
                                for n, r in results.items()}, out / "success_rates.png",
                               title="Novel tasks: success rate (Wilson 95 % interval)")
