@@ -45,7 +45,7 @@ def _all_paths() -> list[list[str]]:
 def _specs() -> dict[str, tuple[Flags, ...]]:
     """{command: the Flags it is built from} (imported here, as main imports them when chosen)."""
     from metacog_fast.cli import alfworld, experience, scienceworld, sim, train
-    from metacog_fast.cli.executor import EXECUTOR_FLAGS
+    from metacog_fast.cli.executor import EXECUTOR_FLAGS, EXECUTOR_WORKERS_FLAGS
     from metacog_fast.finetune.data import DataConfig
     from metacog_fast.finetune.dpo import DPOTrainConfig
     from metacog_fast.finetune.evaluate import EvalConfig
@@ -57,9 +57,9 @@ def _specs() -> dict[str, tuple[Flags, ...]]:
         "run alfworld": (alfworld.RUN_FLAGS, alfworld.AGENT_FLAGS, EXECUTOR_FLAGS),
         "pretrain alfworld": (alfworld.PRETRAIN_FLAGS, alfworld.PRETRAIN_LLM_FLAGS, alfworld.AGENT_FLAGS, EXECUTOR_FLAGS),
         "run scienceworld": (scienceworld.run_flags(), EXECUTOR_FLAGS),
-        "learn": (experience.protocol_flags(), experience.EXPERIENCE_FLAGS),
+        "learn": (experience.protocol_flags(), experience.EXPERIENCE_FLAGS, EXECUTOR_WORKERS_FLAGS),
         "sim": (*sim.RUN_FLAGS, sim.FEATURE_FLAGS),
-        "sim ablate": (*sim.RUN_FLAGS, sim.ABLATION_FLAGS),
+        "sim ablate": (*sim.RUN_FLAGS, sim.ABLATION_FLAGS, EXECUTOR_WORKERS_FLAGS),
         "train metaworld": (train.TRAIN_FLAGS,),
         "adapt metaworld": (train.ADAPT_FLAGS,),
         "train assess": (train.ASSESS_FLAGS,),
@@ -192,11 +192,11 @@ def test_a_parsed_command_line_round_trips_to_its_configs():
         "learn": (ProtocolConfig(env="scienceworld", games=["boil:0", "melt:1"], baseline=False, llm_uri="http://x/v1",
                                  n_threads=2, iterations=2, memory_in="m.json", out="o"),
                   ExperienceConfig(show_strategic=False, action_shortlist=0, action_grounding="embed", loop_breaking=False,
-                                   retire_failure_rate=0.5)),
+                                   retire_failure_rate=0.5), ExecutorConfig(workers=2, executor="ray")),
         "sim": (RunOptions(scenario="party", agents=4, step_budget=1.5, judge=False), SimLLMOptions(llm_threads=2),
                 GenAgent(progress_every=2, reflect_threshold=10.0), Features(metacognition=False, planning=False)),
         "sim ablate": (RunOptions(steps=3), SimLLMOptions(llm="http://x/v1"), GenAgent(),
-                       AblationOptions(configs=("all", "none"), runs=1)),
+                       AblationOptions(configs=("all", "none"), runs=1), ExecutorConfig(workers=None, executor="process")),
         "train metaworld": (TrainJob(profile="smoke", agent="muse", seed=3, sr_z="posterior", progress=False, threads=2),),
         "adapt metaworld": (AdaptJob(checkpoint="r/pretrained", agent="dreamer", profile=None, out="o"),),
         "train assess": (AssessConfig(checkpoint=("a", "b.safetensors"), names=("x", "y"), out="o.json", novel=True,
@@ -430,3 +430,21 @@ def test_generator_prefix_skip_only_positional_and_nargs():
     only = Flags(_Toy, only=("name", "on"))
     b = _toy_parser(only).parse_args(["--name", "y"])
     assert not hasattr(b, "count") and config_from_args(only, b) == _Toy("y")
+
+
+# ------------------------------------------------------------------------------------- a real run
+
+def test_a_tiny_sim_ablation_runs_from_the_command_line_with_its_flags(tmp_path, capsys):
+    """``metacog sim ablate`` end to end on the embedded model: the flags reach the run folder's snapshot."""
+    import json
+
+    out = tmp_path / "abl"
+    rc = main(["sim", "ablate", "--agents", "2", "--steps", "1", "--runs", "1", "--configs", "none", "--no-judge",
+               "--retrieve-k", "3", "--executor", "inline", "--out", str(out)])
+    assert rc == 0
+    snap = json.loads((out / "config.json").read_text())["config"]
+    assert (snap["opts"]["agents"], snap["opts"]["steps"], snap["opts"]["judge"]) == (2, 1, False)
+    assert snap["agent_config"]["retrieve_k"] == 3
+    doc = json.loads((out / "ablation.json").read_text())
+    assert list(doc["table"]) == ["none"] and (doc["agents"], doc["steps"], doc["runs"]) == (2, 1, 1)
+    assert "| none | none | 1 |" in capsys.readouterr().out

@@ -1,7 +1,8 @@
 """``metacog learn alfworld|scienceworld``: experience-memory agents learning on the job.
 
 Flags come from :class:`~metacog_fast.agents.experience.protocols.ProtocolConfig` (what the run
-covers) and :class:`~metacog_fast.agents.experience.config.ExperienceConfig` (the agents' knobs).
+covers), :class:`~metacog_fast.agents.experience.config.ExperienceConfig` (the agents' knobs) and
+:class:`~metacog_fast.runs.ExecutorConfig` (where the episodes run).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import argparse
 
 from metacog_fast.agents.experience.config import ExperienceConfig
 from metacog_fast.cli.dataclass_args import ConfigError, Flags, add_config_flags, config_from_args
+from metacog_fast.cli.executor import EXECUTOR_WORKERS_FLAGS
 
 PROTOCOLS = ("continuous", "transfer", "cross-model")
 """``--protocol``: which protocol function runs (transfer and cross-model share one)."""
@@ -61,7 +63,7 @@ def attach_learn(p: argparse.ArgumentParser) -> None:
     p.add_argument("--protocol", choices=PROTOCOLS, default=PROTOCOLS[0],
                    help="continuous learning (memory carried over iterations), transfer (frozen memory, "
                         "other games) or cross-model (memory of one LLM used by another)")
-    add_config_flags(p, EXPERIENCE_FLAGS)
+    add_config_flags(p, EXPERIENCE_FLAGS, EXECUTOR_WORKERS_FLAGS)
     p.set_defaults(func=run_learn)
 
 
@@ -76,9 +78,11 @@ def run_learn(a: argparse.Namespace) -> int:
     if cfg.iterations < 1:
         raise ConfigError(f"--iterations: expected >= 1, got {cfg.iterations}")
     exp = config_from_args(EXPERIENCE_FLAGS, a)
+    executor = config_from_args(EXECUTOR_WORKERS_FLAGS, a)
     from metacog_fast.agents.experience import protocols as pt
 
-    m = pt.continuous_learning(cfg, exp) if a.protocol == "continuous" else pt.transfer(cfg, exp)
+    run = pt.continuous_learning if a.protocol == "continuous" else pt.transfer
+    m = run(cfg, exp, executor=executor)
     for r in m["rows"]:
         print(f"{r['condition']:>9} it{r['iteration']}: success {r['success_rate']:.2f} score {r['mean_score']:.2f} "
               f"subtask {r['subtask_success']:.2f} tokens/task {r['tokens_per_task']:.0f}")

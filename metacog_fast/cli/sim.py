@@ -7,7 +7,8 @@
 Flags come from :class:`~metacog_fast.sim.runner.RunOptions` (what to simulate),
 :class:`~metacog_fast.sim.jobs.SimLLMOptions`, the generative
 :class:`~metacog_fast.agents.generative.AgentConfig`, :class:`~metacog_fast.agents.generative.Features`
-(``--no-memory`` ... switch a module off) and :class:`~metacog_fast.sim.jobs.AblationOptions`.
+(``--no-memory`` ... switch a module off), :class:`~metacog_fast.sim.jobs.AblationOptions` and, for
+the ablation's runs, :class:`~metacog_fast.runs.ExecutorConfig` (one run of ``metacog sim`` runs here).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import os
 
 from metacog_fast.agents.generative import AgentConfig, Features
 from metacog_fast.cli.dataclass_args import Flags, add_config_flags, config_from_args
+from metacog_fast.cli.executor import EXECUTOR_WORKERS_FLAGS
 from metacog_fast.sim.jobs import AblationOptions, SimLLMOptions
 from metacog_fast.sim.runner import RunOptions
 
@@ -42,7 +44,8 @@ def _ablate(a: argparse.Namespace) -> int:
     from metacog_fast.sim.jobs import run_ablation
 
     opts, llm_opts, agent = (config_from_args(s, a) for s in RUN_FLAGS)
-    doc = run_ablation(opts, config_from_args(ABLATION_FLAGS, a), a.out, llm_opts, agent)
+    doc = run_ablation(opts, config_from_args(ABLATION_FLAGS, a), a.out, llm_opts, agent,
+                       executor=config_from_args(EXECUTOR_WORKERS_FLAGS, a))
     with open(os.path.join(a.out, "ablation.md"), encoding="utf-8") as f:
         print(f.read())
     return 0 if doc["table"] else 1
@@ -62,7 +65,7 @@ def attach(sim: argparse.ArgumentParser) -> None:
     sim.set_defaults(func=_run)
     sub = sim.add_subparsers(dest="sim_cmd", metavar="{ablate,report}")
     ab = sub.add_parser("ablate", help="runs per module set (default: all, no_metacognition, memory_only)")
-    add_config_flags(ab, *RUN_FLAGS, ABLATION_FLAGS)
+    add_config_flags(ab, *RUN_FLAGS, ABLATION_FLAGS, EXECUTOR_WORKERS_FLAGS)
     ab.add_argument("--out", default="results/sim", help="ablation folder")
     ab.set_defaults(func=_ablate)
     rep = sub.add_parser("report", help="summarise a run folder or an ablation folder; rewrite the viewer")

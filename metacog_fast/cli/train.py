@@ -12,6 +12,7 @@ from metacog_fast.train.assess import AssessConfig
 from metacog_fast.train.jobs import AdaptJob, TrainJob
 
 TRAIN_FLAGS = Flags(TrainJob)
+# hook: when train.runner.ProtocolRunner takes an ExecutorConfig, add cli.executor.EXECUTOR_WORKERS_FLAGS here and in _train
 ADAPT_FLAGS = Flags(AdaptJob, required=("checkpoint",))
 ASSESS_FLAGS = Flags(AssessConfig, nargs={"checkpoint": "+", "names": "+"})
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from metacog_fast.agents.generative import AgentConfig, Features
+from metacog_fast.runs.config import ExecutorConfig
 from metacog_fast.sim.runner import DEFAULT_ABLATION, RunOptions
 
 
@@ -63,16 +64,24 @@ def simulate(opts: RunOptions, features: Features, out_dir: str, llm_opts: SimLL
 
 
 def run_ablation(opts: RunOptions, ablation: AblationOptions, out_dir: str, llm_opts: SimLLMOptions | None = None,
-                 agent_config: AgentConfig | None = None) -> dict[str, Any]:
-    """``ablation.runs`` runs of each module set into ``out_dir`` (ablation.json / .md); returns the document."""
+                 agent_config: AgentConfig | None = None, executor: ExecutorConfig | None = None) -> dict[str, Any]:
+    """``ablation.runs`` runs of each module set into ``out_dir`` (ablation.json / .md); returns the
+    document. In this process (one worker) the LLM and encoder are opened once for every run;
+    on worker processes or Ray each run opens its own."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from metacog_fast.sim.runner import ablate, open_resources
 
     ablation.validate()
     lo = llm_opts or SimLLMOptions()
+    ex = (executor or ExecutorConfig()).validate()
+    ac = agent_config or AgentConfig()
+    in_process = ex.executor == "inline" or (ex.executor == "local" and ex.resolved_workers(1) == 1)
+    if not in_process:
+        return ablate(opts, out_dir, None, None, tuple(ablation.configs), ablation.runs, ac, executor=ex,
+                      llm_uri=lo.llm, n_threads=lo.llm_threads)
     llm, enc = open_resources(lo.llm, lo.llm_threads)
     try:
-        return ablate(opts, out_dir, llm, enc, tuple(ablation.configs), ablation.runs, agent_config or AgentConfig())
+        return ablate(opts, out_dir, llm, enc, tuple(ablation.configs), ablation.runs, ac, executor=ex)
     finally:
         llm.llm.close()
 
