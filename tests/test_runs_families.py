@@ -1,5 +1,6 @@
-"""Families on the one harness beyond ALFWorld and ScienceWorld (whose own tests cover them):
-the town-sim ablation as resumable tasks, with the embedded model."""
+"""Families on the one harness beyond ALFWorld, ScienceWorld and experience memory (whose own
+tests run through it): the town-sim ablation as resumable tasks with the embedded model, and the
+Meta-World agents as tasks (parallel, resumed from the checkpoint files they sent back)."""
 from __future__ import annotations
 
 import json
@@ -31,3 +32,90 @@ def test_sim_ablation_runs_resume_and_keep_their_files(tmp_path):
     with pytest.raises(ValueError, match="different configuration"):
         ablate(RunOptions(scenario="zombie", agents=2, steps=2, judge=False), str(tmp_path), None, None,
                configs=("all",), runs=1, agent_config=ac, executor=ExecutorConfig(executor="inline", progress=False))
+
+
+def test_metaworld_agents_as_tasks_match_direct_runs_and_resume(tmp_path):
+    pytest.importorskip("metaworld")
+    from dataclasses import replace
+
+    import numpy as np
+
+    from metacog_fast.train.config import profile
+    from metacog_fast.train.runner import ProtocolRunner
+    from metacog_fast.train.tasks import run_agents
+
+    def tiny(agent):
+        cfg = profile("smoke", agent=agent)
+        cfg.scripted = replace(cfg.scripted, episodes_per_task=1)
+        return cfg
+
+    agents = {"muse": tiny("muse"), "dreamer": tiny("dreamer")}
+    states = run_agents(tmp_path / "run", agents, ExecutorConfig(executor="process", workers=2, progress=False))
+    for name in agents:  # the checkpoint, the pre-trained weights and the replay came back to the run folder
+        d = tmp_path / "run" / name
+        assert (d / "ckpt" / "latest.json").is_file() and (d / "pretrained.safetensors").is_file()
+        assert len(list((d / "replay" / "pretrain").glob("ep_*.npz"))) == len(agents[name].train_tasks) * 1 + 2
+        assert json.loads((d / "state.json").read_text())["phase"] == "done"
+    direct = ProtocolRunner(tiny("muse"), tmp_path / "direct", progress=False).run()
+    got = states["muse"]
+    assert got["updates"] == direct["updates"] and got["env_steps"] == direct["env_steps"]
+    for a, b in zip(direct["records"], got["records"]):
+        assert a["task"] == b["task"] and a["success"] == b["success"]
+        np.testing.assert_allclose(a["return"], b["return"], rtol=1e-5)
+    before = (tmp_path / "run" / "muse" / "ckpt" / "latest.safetensors").read_bytes()
+    assert run_agents(tmp_path / "run", agents, ExecutorConfig(executor="inline", progress=False)) == states
+    assert (tmp_path / "run" / "muse" / "ckpt" / "latest.safetensors").read_bytes() == before  # not retrained
+    with pytest.raises(ValueError, match="different configuration"):
+        run_agents(tmp_path / "run", {"muse": tiny("dreamer")})
+
+
+def test_metaworld_task_killed_mid_training_resumes_from_the_returned_checkpoint(tmp_path):
+    """The driver (training inline in a scratch folder) is killed mid-adaptation; the run folder
+    holds only what came back as side files, and the resumed run matches an uninterrupted one."""
+    pytest.importorskip("metaworld")
+    import signal
+    import subprocess
+    import sys
+    import time
+    from dataclasses import replace
+
+    import numpy as np
+
+    from metacog_fast.train.config import profile
+    from metacog_fast.train.runner import ProtocolRunner, read_state
+    from metacog_fast.train.tasks import run_agents
+
+    def cfg():
+        c = profile("smoke", agent="muse", adapt_episodes=4)
+        c.scripted = replace(c.scripted, episodes_per_task=2)
+        return c
+
+    root = tmp_path / "run"
+    code = ("from dataclasses import replace; from metacog_fast.train.config import profile;"
+            "from metacog_fast.train.tasks import run_agents; from metacog_fast.runs import ExecutorConfig;"
+            "c = profile('smoke', agent='muse', adapt_episodes=4); c.scripted = replace(c.scripted, episodes_per_task=2);"
+            f"run_agents({str(root)!r}, {{'muse': c}}, ExecutorConfig(executor='inline', progress=False))")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    killed = None
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            st = read_state(root / "muse")
+        except (OSError, ValueError, KeyError):
+            st = None
+        if st is not None and st["phase"] == "adapt" and len(st["records"]) >= 1:
+            proc.send_signal(signal.SIGKILL)
+            killed = st
+            break
+        time.sleep(0.02)
+    proc.wait()
+    assert killed is not None, proc.stderr.read().decode()[-2000:]
+    assert not (root / "muse" / "state.json").exists()
+    st = run_agents(root, {"muse": cfg()}, ExecutorConfig(executor="inline", progress=False))["muse"]
+    assert st["resumed"] == 1 and st["phase"] == "done"
+    ref = ProtocolRunner(cfg(), tmp_path / "straight", progress=False).run()
+    assert ref["updates"] == st["updates"] and ref["env_steps"] == st["env_steps"]
+    for a, b in zip(ref["records"], st["records"]):
+        assert a["task"] == b["task"] and a["success"] == b["success"]
+        np.testing.assert_allclose(a["psi_sum_mean"], b["psi_sum_mean"], rtol=1e-5)
+        np.testing.assert_allclose(a["return"], b["return"], rtol=1e-5)

@@ -7,6 +7,7 @@ kill leaves either the whole record or none.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -37,27 +38,34 @@ _MISSING = object()
 
 
 class RunFolder:
-    """One run's folder. ``config`` is the JSON-able configuration; opening a folder that holds
+    """One run's folder. ``config`` is the JSON-able configuration (None: a folder whose sub-runs
+    keep their own snapshots); opening a folder that holds
     a snapshot whose fields differ (other than ``ignore``: fields that do not change results, such
     as the worker count) raises ValueError naming the fields. ``extra`` goes into the snapshot when
     the folder is created (a resumed folder keeps its own)."""
 
-    def __init__(self, path: str | os.PathLike, config: Mapping[str, Any], *, ignore: Iterable[str] = (),
+    def __init__(self, path: str | os.PathLike, config: Mapping[str, Any] | None, *, ignore: Iterable[str] = (),
                  extra: Mapping[str, Any] | None = None, snapshot: str = "config.json") -> None:
         self.root = Path(path)
-        self.config = dict(config)
         self.snapshot_path = self.root / snapshot
         self.ignore = tuple(ignore)
+        self.root.mkdir(parents=True, exist_ok=True)
+        if config is None:  # a folder of sub-runs, each with its own snapshot
+            self.config: dict[str, Any] | None = None
+            return
+        self.config = json.loads(json.dumps(dict(config)))  # as it reads back (tuples become lists)
         previous = self.read_snapshot()
         if previous is not None:
-            old = previous.get("config")
+            # a snapshot written before the harness holds the configuration itself at the top level
+            old = previous.get("config", previous)
             if not isinstance(old, Mapping):
                 raise ValueError(f"{self.snapshot_path}: expected a JSON object with a 'config' field")
             diff = config_differences(old, self.config, self.ignore)
             if diff:
                 raise ValueError(f"{self.snapshot_path}: the run folder holds a different configuration "
                                  f"(fields {diff}); use another folder, or the same configuration to resume")
-        self.root.mkdir(parents=True, exist_ok=True)
+            if "config" not in previous:
+                previous = {}
         doc = {**(extra or {}), **(previous or {}), "config": self.config}  # extra: set when created
         write_json_atomic(self.snapshot_path, doc)
 

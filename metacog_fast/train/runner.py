@@ -10,7 +10,8 @@ Phases (``state["phase"]``):
    task + the kept pre-deployment replay) and actor-critic updates on imagined data;
 5. ``done``.
 
-Run folder layout: ``config.json``; ``ckpt/latest.{safetensors,json}`` (model, Adam state and
+Run folder layout: ``config.json`` (the configuration snapshot of ``metacog_fast.runs``: a resumed
+run must match it); ``ckpt/latest.{safetensors,json}`` (model, Adam state and
 the runner state: counters, RNG states, episode records); ``pretrained.{safetensors,json}``;
 ``replay/pretrain/ep_*.npz`` and ``replay/adapt/<task>/ep_*.npz`` (episodes, psi included).
 A killed run restarted on the same folder continues from its last checkpoint: replay files
@@ -29,6 +30,7 @@ import torch
 
 from metacog_fast.agents.muse_wm import MuseWMAgent
 from metacog_fast.models.dreamer import Dreamer
+from metacog_fast.runs.folder import RunFolder
 from metacog_fast.train import checkpoint as ck
 from metacog_fast.train.config import ProtocolConfig
 from metacog_fast.train.replay import ReplayBuffer
@@ -65,20 +67,17 @@ class ProtocolRunner:
     """
 
     def __init__(self, cfg: ProtocolConfig, run_dir: str | Path, progress: bool = True,
-                 pretrained: str | Path | None = None) -> None:
+                 pretrained: str | Path | None = None, on_checkpoint: Callable[[], None] | None = None) -> None:
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        RunFolder(self.run_dir, cfg.to_dict())  # the snapshot: written, or checked when resuming
         self.progress = progress
+        self.on_checkpoint = on_checkpoint
+        """Called after every checkpoint (the run-folder files are complete at that moment)."""
         self.latest = self.run_dir / "ckpt" / "latest"
         self.pretrained_stem = Path(pretrained) if pretrained is not None else self.run_dir / "pretrained"
         self._adapt_only = pretrained is not None
         set_threads(cfg.torch_threads)
         if self.latest.with_suffix(".json").exists():
-            saved, doc = ck.read_config(self.latest)
-            if saved.to_dict() != cfg.to_dict():
-                raise ValueError(
-                    f"run_dir: {self.run_dir} holds a run with a different config; use a new folder or the same config"
-                )
             self.model, self.cfg, self.state = ck.load_checkpoint(self.latest, cfg)
             self.rng = np.random.default_rng()
             ck.set_rng_state(self.rng, self.state["rng"])
@@ -95,7 +94,6 @@ class ProtocolRunner:
                 "adapt": {"task_index": 0, "episode": 0}, "records": [], "pretrain_records": [],
                 "resumed": 0, "wall_seconds": 0.0, "update_seconds": 0.0, "env_seconds": 0.0,
             }
-            ck.atomic_write_json(self.run_dir / "config.json", cfg.to_dict())
         self.pre_replay = ReplayBuffer(self.run_dir / "replay" / "pretrain", cfg.model.N)
         if pretrained is None:
             self.pre_replay.load_dir(keep=self.state["pretrain_replay"])
@@ -162,6 +160,8 @@ class ProtocolRunner:
         self.state["wall_seconds"] += time.perf_counter() - self._t0
         self._t0 = time.perf_counter()
         ck.save_checkpoint(self.latest, self.model, self.cfg, meta=self.state)
+        if self.on_checkpoint is not None and self.state["phase"] != "done":
+            self.on_checkpoint()
 
     def _total_episodes(self) -> int:
         c = self.cfg
@@ -309,6 +309,8 @@ class ProtocolRunner:
         self.checkpoint()
         ck.atomic_write_json(self.run_dir / "state.json", {k: v for k, v in self.state.items()
                                                           if k not in ("rng", "torch_rng")})
+        if self.on_checkpoint is not None:
+            self.on_checkpoint()
 
 
 def load_adaptation_steps(run_dir: str | Path, tasks: tuple[str, ...], N: int = 5
