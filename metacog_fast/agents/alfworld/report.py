@@ -158,15 +158,15 @@ def report(root: str | Path, out: str | Path | None = None) -> dict[str, Any]:
     res: dict[str, Any] = {"agents": agents, "comparisons": pairwise_comparisons(
         {a: agents[a]["per_game_success"] for a in order if "per_game_success" in agents[a]},
         "per-game success rate")}
-    tables = render_tables(agents, res["comparisons"])
-    write_json_atomic(out_dir / "report.json", res)
-    with atomic_open(out_dir / "tables.md") as f:
-        f.write(tables)
     rates = {a: {"all": agents[a]["success"], **{t: v["success"] for t, v in agents[a].get("per_type", {}).items()}}
              for a in order if "success" in agents[a]}
     if rates:
         res["success_plot"] = str(plot_rates_with_intervals(
             rates, out_dir / "success_rates.png", title="Success rate per task type (Wilson 95 % interval)"))
+    tables = render_tables(agents, res["comparisons"])
+    write_json_atomic(out_dir / "report.json", res)
+    with atomic_open(out_dir / "tables.md") as f:
+        f.write(tables)
     return res
 
 
