@@ -31,6 +31,22 @@ def cluster():
     ray.shutdown()
 
 
+def test_ray_executor_starts_and_stops_its_own_local_cluster(tmp_path):
+    """With no cluster connected or running, ``executor="ray"`` starts one (2 CPUs, 127.0.0.1)
+    for the run and shuts it down afterwards."""
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.cloudpickle.register_pickle_by_value(runs_probe_tasks)
+    try:
+        folder = RunFolder(tmp_path, {"work": WORK})
+        s = run_tasks(folder, chain_tasks(2, 2, WORK), chain_group, ExecutorConfig(executor="ray", workers=2, progress=False))
+    finally:
+        ray.cloudpickle.unregister_pickle_by_value(runs_probe_tasks)
+    assert (s.executor, s.played, s.duplicates) == ("ray", 4, 0)
+    assert [folder.read(chain_key("g1", i))["value"] for i in range(2)] == expected_values("g1", 2, WORK)
+    assert not ray.is_initialized()
+
+
 def test_ray_run_streams_records_to_the_driver(tmp_path, cluster):
     folder = RunFolder(tmp_path, {"work": WORK})
     s = run_tasks(folder, chain_tasks(3, 3, WORK), chain_group, ExecutorConfig(executor="ray", progress=False))
