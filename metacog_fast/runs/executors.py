@@ -54,7 +54,7 @@ def _process_job(items: Any, job: Job) -> int:
 
 
 def _terminate(pool: ProcessPoolExecutor) -> None:
-    """Stop this pool's workers (a task failed: the run stops instead of waiting for the others)."""
+    """Stop this pool's worker processes."""
     for p in list(getattr(pool, "_processes", {}).values()):
         p.terminate()
 
@@ -102,9 +102,11 @@ class ProcessExecutor:
                     if isinstance(exc, BrokenProcessPool):
                         died.add(futures[fut])
                     elif exc is not None:
-                        _terminate(pool)
                         raise exc
             drain(block=False)
+        except BaseException:  # a task failed or the driver was interrupted: stop, do not wait for the others
+            _terminate(pool)
+            raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         return died
