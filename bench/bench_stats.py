@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from stats_numba import auc_replicates_numba, mean_replicates_numba  # noqa: E402
 
 RESAMPLES = 10_000
-ROUNDS = 5
+ROUNDS = 15
 
 
 def _best(fn, repeat: int = ROUNDS) -> float:
@@ -47,7 +47,9 @@ def _best(fn, repeat: int = ROUNDS) -> float:
 
 
 def _threads() -> dict:
-    info = {"numba_threads": int(numba.get_num_threads()), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
+    """Threads of both sides and the 1-minute load average (the machine is shared; see the guide)."""
+    info = {"numba_threads": int(numba.get_num_threads()), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+            "loadavg_1min": os.getloadavg()[0]}
     try:
         from threadpoolctl import threadpool_info
 

@@ -228,7 +228,6 @@ def test_within_type_ignores_base_rates():
 
 
 def test_within_type_is_the_pair_weighted_average():
-    rng = np.random.default_rng(8)
     s, y, ep = _episodes(90, 4, 9)
     ty = np.array(["x", "y", "z"])[ep % 3]
     by = auroc2_within_types(s, y, ep.tolist(), ty.tolist())
@@ -242,7 +241,6 @@ def test_within_type_is_the_pair_weighted_average():
     assert by.pooled.value == pytest.approx(acc / pairs, abs=1e-12)
     assert by.pooled.low < by.pooled.value < by.pooled.high
     assert by.pooled.positives == by.per_type["x"].positives + by.per_type["y"].positives + by.per_type["z"].positives
-    del rng
 
 
 def test_within_type_undefined_and_single_class_types():
