@@ -37,7 +37,7 @@ def test_info_json_has_backends_versions_and_env_probes(capsys):
 def test_demo_tiny_end_to_end_writes_valid_json(tmp_path):
     out = tmp_path / "sub" / "demo.json"
     proc = _run(
-        "demo", "--no-progress", "--out", str(out),
+        "demo", "--quick", "--no-progress", "--out", str(out),
         "--metaworld-tasks", "1", "--metaworld-steps", "150",
         "--alfworld-games", "1",
         "--scienceworld-tasks", "find-non-living-thing",
@@ -109,8 +109,30 @@ def test_demo_agent_part_muse_wm(tmp_path, capsys):
     out = tmp_path / "demo.json"
     assert main(["demo", "--no-progress", "--parts", "muse_wm", "--muse-wm-steps", "3", "--out", str(out)]) == 0
     part = json.loads(out.read_text())["parts"]["muse_wm"]
-    assert part["steps"] == 3 and part["decisions_per_second"] > 0 and part["n_episodes"] == 1
-    assert "muse_wm" in capsys.readouterr().out
+    assert part["steps"] == 3 and part["decisions_per_second"] > 0 and part["n_episodes"] == 2
+    d = part["dreamer"]  # Dreamer-v3 beside it: same weights and seed, no self-regulation, no psi
+    assert d["steps"] == 3 and d["decisions_per_second"] > 0 and d["psi_sums"] == [] and len(part["psi_sums"]) == 3
+    assert part["model"]["kind"] == "untrained" and "not competence" in part["model"]["note"]
+    printed = capsys.readouterr().out
+    assert "muse_wm" in printed and "n/a: untrained" in printed
+
+
+def test_demo_default_runs_every_agent_part_and_quick_only_the_environments():
+    """The main job shows the agents by default; --quick keeps the environment checks alone."""
+    import argparse
+
+    from metacog_fast.cli import demo
+
+    p = argparse.ArgumentParser()
+    demo.add_arguments(p)
+    args = p.parse_args([])
+    assert set(args.parts.split(",")) == {"metaworld", "alfworld", "scienceworld", "muse_wm", "alfworld_muse",
+                                          "sw_agent", "sim"}
+    from metacog_fast.cli.demo_registry import DEMO_PARTS, model_info
+
+    assert {n for n, part in DEMO_PARTS.items() if part.quick} == {"metaworld", "alfworld", "scienceworld"}
+    with pytest.raises(ValueError, match="kind: expected one of"):
+        model_info("x", "pretty good")
 
 
 def test_demo_without_alfworld_games_skips_those_parts_and_says_how_to_get_them(tmp_path, monkeypatch):
@@ -159,4 +181,7 @@ def test_demo_alfworld_muse_uses_the_shipped_fine_tuned_actor(tmp_path, monkeypa
     for s in part["steps"]:
         assert len(s["rollouts"]) == len(s["scores"]) == 2 and 0 <= s["chosen"] < 2
         assert all(0.0 <= x <= 1.0 for x in s["scores"])
+    # M_sa comes from the scorer that ships beside the actor, and the part says how it measured
+    assert part["scorer"].startswith("shipped with the actor") and "AUROC2 on held-out games" in part["scorer"]
+    assert part["model"]["kind"] == "shipped"
     assert list((tmp_path / "models" / ".merged").glob("*/model-q8_0.gguf"))

@@ -43,6 +43,8 @@ def test_demo_writes_a_report_that_chromium_renders(tmp_path):
     assert "<polyline" in dom and "Σψ" in dom
     assert report["parts"]["muse_wm"]["weights"] in dom  # says which weights it showed
     assert len(report["parts"]["muse_wm"]["psi_sums"]) == report["parts"]["muse_wm"]["steps"]
+    # untrained weights: the table says so instead of showing a success rate, and names the kind
+    assert "n/a: untrained" in dom and "Dreamer-v3" in dom and "scripted expert" in dom
 
 
 def test_alfworld_rollouts_skips_and_errors_are_shown():
@@ -54,7 +56,7 @@ def test_alfworld_rollouts_skips_and_errors_are_shown():
                                      "chosen": 0}]},
         "sim": {"skipped": "needs nothing <b>"}, "sw_agent": {"error": "boom"}}}
     page = render(report)
-    assert "id='alfworld_muse'" in page and "class='chosen'><td class='num'>M_sa 0.700" in page
+    assert "id='alfworld_muse'" in page and "class='chosen'><td class='num'>M_sa 0.7</td>" in page
     assert "skipped: needs nothing &lt;b&gt;" in page and "failed: boom" in page
     assert "id='sim'" not in page and "id='sw_agent'" not in page  # no section for parts that did not run
     assert "no data" in svg_line([]) and svg_line([1.0, 1.0]).count("<polyline") == 1

@@ -40,6 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=defaults,
         help=f"comma-separated parts to run (default {defaults}; available: {', '.join(DEMO_PARTS)})",
     )
+    quick = ",".join(n for n, part in DEMO_PARTS.items() if part.quick)
+    p.add_argument("--quick", action="store_true",
+                   help=f"only the environment checks ({quick}; under a minute)")
     p.add_argument("--out", default="runs/demo/demo.json", help="JSON output path (default runs/demo/demo.json)")
     p.add_argument("--seed", type=int, default=0, help="seed for the environments (default 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -65,14 +68,14 @@ def _print_summary(results: dict[str, dict[str, Any]]) -> None:
     from rich.table import Table
 
     t = Table(title="metacog demo", show_header=True)
-    for col in ("part", "episodes", "success", "steps/s", "reset s", "wall s", "note"):
-        t.add_column(col, justify="right" if col not in ("part", "note") else "left")
+    for col in ("part", "episodes", "success", "steps/s", "reset s", "wall s", "model", "note"):
+        t.add_column(col, justify="right" if col not in ("part", "model", "note") else "left")
     for name, r in results.items():
         if "skipped" in r:
-            t.add_row(name, "-", "-", "-", "-", "-", f"[yellow]skipped: {r['skipped'].split(':')[0]}[/yellow]")
+            t.add_row(name, "-", "-", "-", "-", "-", "-", f"[yellow]skipped: {r['skipped'].split(':')[0]}[/yellow]")
             continue
         if "error" in r:
-            t.add_row(name, "-", "-", "-", "-", "-", f"[red]{r['error']}[/red]")
+            t.add_row(name, "-", "-", "-", "-", "-", "-", f"[red]{r['error']}[/red]")
             continue
         note = ""
         if "cached_reset_seconds" in r:
@@ -81,18 +84,28 @@ def _print_summary(results: dict[str, dict[str, Any]]) -> None:
             note = f"mean score {r['mean_score']:.1f}"
         elif "decisions_per_second" in r:
             note = f"{r['decisions_per_second']:.1f} decisions/s ({r.get('backend')} backend)"
+        if r.get("summary"):
+            note = r["summary"]
+        model = r.get("model") or {}
+        kind = model.get("kind", "")
+        model_cell = f"[yellow]{kind}[/yellow]" if kind == "untrained" else kind
         success = r.get("success_rate")
         t.add_row(
             name,
             _fmt(r.get("n_episodes"), "d"),
-            "-" if success is None else f"{100 * success:.0f} %",
+            "-" if success is None else ("[yellow]n/a: untrained[/yellow]" if kind == "untrained" else f"{100 * success:.0f} %"),
             _fmt(r.get("steps_per_second"), ".1f"),
             _fmt(r.get("mean_reset_seconds"), ".3f"),
             _fmt(r.get("wall_seconds"), ".1f"),
+            model_cell,
             note,
         )
-    con = Console()
+    con = Console(width=None if sys.stdout.isatty() else 160)
     con.print(t)
+    for name, r in results.items():
+        m = r.get("model") or {}
+        if m.get("name"):
+            con.print(f"[bold]{name}[/bold]: {m['name']} ({m.get('kind')}){': ' + m['note'] if m.get('note') else ''}")
     for why in dict.fromkeys(r["skipped"] for r in results.values() if "skipped" in r):
         con.print(f"[yellow]skipped[/yellow] ({', '.join(n for n, r in results.items() if r.get('skipped') == why)}): {why}")
 
@@ -114,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
 
     load_parts()
     names = [n.strip() for n in args.parts.split(",") if n.strip()]
+    if getattr(args, "quick", False):  # the environment checks, whatever --parts says
+        names = [n for n, part in DEMO_PARTS.items() if part.quick]
     unknown = [n for n in names if n not in DEMO_PARTS]
     if unknown or not names:
         print(f"metacog demo: --parts: unknown {unknown or names}; available: {', '.join(DEMO_PARTS)}", file=sys.stderr)

@@ -1,13 +1,14 @@
 """``metacog demo --parts alfworld_muse``: one MUSE episode on an ALFWorld game, printing each
-step's candidate rollouts with their competence scores M_sa (opt-in).
+step's candidate rollouts with their competence scores M_sa.
 
 The actor is the fine-tuned model that ships in the package (``finetuned:alfworld``, its own
 prompt setting from its model.json) unless ``--alfworld-muse-llm`` names another; the output says
 which model it was and what that model measured.
 
-Without ``--alfworld-muse-scorer`` a scorer is fitted on the spot on expert walkthrough chunks of
-two ``valid_seen`` games (positives) and on chunks of repeated ``look`` / ``inventory``
-(negatives), and the output says so.
+Without ``--alfworld-muse-scorer`` the scorer is the one that ships beside the actor (fitted on the
+actor's own recorded episodes, :mod:`metacog_fast.finetune.scorer`); for an actor without one, a
+scorer is fitted on the spot on expert walkthrough chunks of two ``valid_train`` games (positives)
+and on chunks of repeated ``look`` / ``inventory`` (negatives). The output says which.
 """
 from __future__ import annotations
 
@@ -17,53 +18,76 @@ import tempfile
 import time
 from typing import Any
 
-from metacog_fast.cli.demo_registry import DemoPart, ProgressFactory, register_demo_part
+from metacog_fast.cli.demo_registry import DemoPart, ProgressFactory, model_info, register_demo_part
 
 
 def _args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("alfworld_muse (opt-in)")
+    g = p.add_argument_group("alfworld_muse")
     g.add_argument("--alfworld-muse-scorer", default=None,
-                   help="pre-deployment scorer folder (default: a quick expert-walkthrough scorer)")
-    g.add_argument("--alfworld-muse-split", default="valid_train", help="split (default valid_train)")
+                   help="pre-deployment scorer folder (default: the scorer that ships with the actor; "
+                        "without one, a quick expert-walkthrough scorer fitted on the spot)")
+    g.add_argument("--alfworld-muse-split", default="valid_seen",
+                   help="split (default valid_seen: games neither the actor nor its scorer was trained on)")
     g.add_argument("--alfworld-muse-game", type=int, default=0, help="game index in the round-robin order (default 0)")
-    g.add_argument("--alfworld-muse-steps", type=int, default=6, help="episode steps (default 6)")
+    g.add_argument("--alfworld-muse-steps", type=int, default=8, help="episode steps (default 8)")
     g.add_argument("--alfworld-muse-rollouts", type=int, default=5, help="rollouts per step (default 5)")
     g.add_argument("--alfworld-muse-llm", default="finetuned:alfworld",
                    help="actor LLM URI (default finetuned:alfworld, the shipped fine-tuned SmolLM2; "
                         "'llama-cpp://' for the base model)")
 
 
-def _actor(uri: str, seed: int) -> tuple[Any, int, str]:
-    """(llm, few-shot examples, a line saying what the actor is) for ``uri``."""
-    from metacog_fast.llm import open_llm
-    from metacog_fast.llm.models import resolve_named_model
+def _actor(uri: str, seed: int) -> tuple[Any, int, str, str | None]:
+    """(llm, few-shot examples, a line saying what the actor is, the folder of the scorer that ships
+    with it or None) for ``uri``."""
+    from pathlib import Path
 
-    info = None
+    from metacog_fast.llm import open_llm
+    from metacog_fast.llm.models import list_named_models, resolve_named_model
+
+    info, scorer = None, None
     if uri.startswith("finetuned:"):
-        info = resolve_named_model(uri.split(":", 1)[1].lstrip("/")).info or {}
+        name = uri.split(":", 1)[1].lstrip("/")
+        info = resolve_named_model(name).info or {}
+        folder = Path(list_named_models()[name]) / "scorer"
+        scorer = str(folder) if (folder / "config.json").is_file() else None
     llm = open_llm(uri, n_threads=1, n_ctx=4096, seed=seed)
     if info is None:
-        return llm, 2, f"{uri} (not fine-tuned; 2 few-shot examples)"
+        return llm, 2, f"{uri} (not fine-tuned; 2 few-shot examples)", None
     examples = int(info.get("prompt", {}).get("examples", 2))
     ev = (info.get("evaluation") or {}).get("success")
     measured = (f"; measured {ev['successes']}/{ev['n']} = {100 * ev['rate']:.1f} % "
                 f"[{100 * ev['low']:.1f}, {100 * ev['high']:.1f}] as ReAct on valid_train") if ev else ""
-    return llm, examples, f"{uri}: {info.get('description', 'a fine-tuned model')}{measured}"
+    return llm, examples, f"{uri}: {info.get('description', 'a fine-tuned model')}{measured}", scorer
+
+
+def _scorer_origin(folder: str) -> str:
+    """What a scorer folder was trained on and how it measured (its scorer.json), in one line."""
+    import json
+    from pathlib import Path
+
+    meta = Path(folder) / "scorer.json"
+    if not meta.is_file():
+        return folder
+    rep = json.loads(meta.read_text())
+    t, cv = rep.get("trained_on", {}), rep.get("crossval", {})
+    auroc = f"; AUROC2 on held-out games {cv['chunk_auroc2_text']}" if cv.get("chunk_auroc2_text") else ""
+    return (f"shipped with the actor: fitted on its own {t.get('episodes')} valid_train episodes "
+            f"({t.get('won_episodes')} won, {t.get('games')} games){auroc}")
 
 
 def _quick_scorer() -> tuple[Any, str]:
     from metacog_fast.agents.alfworld.protocol import expert_examples, select_games
     from metacog_fast.scoring import ScorerConfig, TrajectoryScorer
 
-    games = select_games("valid_seen", 2)
-    pos = expert_examples(games, "valid_seen", None)
+    games = select_games("valid_train", 2)  # not the demo's split
+    pos = expert_examples(games, "valid_train", None)
     neg = [{"task": e["task"], "plan": e["plan"], "label": 0.0,
             "chunk": [("look", "Nothing happens."), ("inventory", "You are not carrying anything.")] * 2} for e in pos]
     s = TrajectoryScorer(ScorerConfig(epochs=10))
     s.fit(pos + neg)
     folder = tempfile.mkdtemp(prefix="alfworld_muse_scorer_")
     s.save(folder)
-    return s, "quick: expert walkthrough chunks of 2 valid_seen games vs look/inventory chunks"
+    return s, "quick: expert walkthrough chunks of 2 valid_train games vs look/inventory chunks"
 
 
 def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
@@ -78,12 +102,14 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
     if args.alfworld_muse_steps < 1 or args.alfworld_muse_rollouts < 1:
         raise ValueError("--alfworld-muse-steps / --alfworld-muse-rollouts: expected >= 1")
     t0 = time.perf_counter()
+    llm, n_examples, actor, shipped_scorer = _actor(args.alfworld_muse_llm, args.seed)
     if args.alfworld_muse_scorer:
         scorer, origin = TrajectoryScorer.load(args.alfworld_muse_scorer), args.alfworld_muse_scorer
+    elif shipped_scorer:
+        scorer, origin = TrajectoryScorer.load(shipped_scorer), _scorer_origin(shipped_scorer)
     else:
         scorer, origin = _quick_scorer()
     g = select_games(args.alfworld_muse_split, args.alfworld_muse_game + 1)[args.alfworld_muse_game]
-    llm, n_examples, actor = _actor(args.alfworld_muse_llm, args.seed)
     ac = AgentConfig(max_steps=args.alfworld_muse_steps, rollouts=args.alfworld_muse_rollouts, rollout_max_tokens=32,
                      examples=n_examples)
     mem_dir = tempfile.mkdtemp(prefix="alfworld_muse_mem_")
@@ -106,7 +132,7 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
             print(f"step {t + 1}:", file=sys.stderr)
             for i, (r, s) in enumerate(zip(d.info["rollouts"], d.info["scores"])):
                 mark = "*" if i == d.info["chosen"] else " "
-                print(f"  {mark} M_sa={s:.3f}  " + " | ".join(a for a, _ in r), file=sys.stderr)
+                print(f"  {mark} M_sa={s:.3g}  " + " | ".join(a for a, _ in r), file=sys.stderr)
             print(f"  -> {d.action}: {' '.join(obs.split())[:120]}", file=sys.stderr)
             steps.append({"action": d.action, "observation": " ".join(obs.split()), "rollouts": d.info["rollouts"],
                           "scores": d.info["scores"], "chosen": d.info["chosen"]})
@@ -119,11 +145,14 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
         env.close()
         mem.close()
         llm.close()
-    return {"game": g["game"], "task": task, "actor": actor, "plan": agent.current_plan, "scorer": origin, "steps": steps,
+    kind = "shipped" if args.alfworld_muse_llm.startswith("finetuned:") else "base model"
+    return {"model": model_info(args.alfworld_muse_llm, kind, actor.split(": ", 1)[-1]),
+            "summary": f"{'won' if won else 'not won'} in {len(steps)} steps; M_sa by {origin.split(':')[0]}",
+            "game": g["game"], "task": task, "actor": actor, "plan": agent.current_plan, "scorer": origin, "steps": steps,
             "episodes": [{"task": task, "success": won, "steps": len(steps)}], "n_episodes": 1,
             "success_rate": 1.0 if won else 0.0, "wall_seconds": time.perf_counter() - t0}
 
 
 register_demo_part(DemoPart("alfworld_muse", "one MUSE episode on ALFWorld: each step's rollouts with M_sa scores "
-                            "(the shipped fine-tuned actor)", _args, _run, default=False,
+                            "(the shipped fine-tuned actor and its scorer)", _args, _run,
                             needs=("alfworld",)))

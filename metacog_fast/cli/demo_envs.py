@@ -10,7 +10,7 @@ import argparse
 import time
 from typing import Any
 
-from metacog_fast.cli.demo_registry import DemoPart, ProgressFactory, register_demo_part
+from metacog_fast.cli.demo_registry import DemoPart, ProgressFactory, model_info, register_demo_part
 from metacog_fast.envs.base import Env
 
 
@@ -25,7 +25,7 @@ def _positive(text: str) -> int:
     return v
 
 
-def _summary(envs: list[Env], episodes: list[dict[str, Any]], wall: float) -> dict[str, Any]:
+def _summary(envs: list[Env], episodes: list[dict[str, Any]], wall: float, expert: str) -> dict[str, Any]:
     """Success over ``episodes``; step and reset rates from the adapters' own timings."""
     n = len(episodes)
     steps = sum(e.timings.steps for e in envs)
@@ -33,6 +33,8 @@ def _summary(envs: list[Env], episodes: list[dict[str, Any]], wall: float) -> di
     resets = sum(e.timings.resets for e in envs)
     reset_s = sum(e.timings.reset_seconds for e in envs)
     return {
+        "model": model_info(expert, "scripted expert",
+                            "the environment's own solution, a check of the install, not an agent"),
         "episodes": episodes,
         "n_episodes": n,
         "success_rate": sum(e["success"] for e in episodes) / n if n else 0.0,
@@ -89,7 +91,7 @@ def _mw_run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, An
             bar.set_postfix_str(f"{task}: {'ok' if first_success else 'fail'}")
         env.close()
     bar.close()
-    out = _summary(per_task, episodes, time.perf_counter() - wall0)
+    out = _summary(per_task, episodes, time.perf_counter() - wall0, "Meta-World scripted policies")
     out["tasks"] = tasks
     return out
 
@@ -140,7 +142,7 @@ def _aw_run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, An
     # A second reset of the last game shows what the cache saves.
     env.reset(game=picks[-1])
     cached = env.timings.last_reset_seconds
-    out = _summary([env], episodes, time.perf_counter() - wall0)
+    out = _summary([env], episodes, time.perf_counter() - wall0, "ALFWorld expert walkthroughs")
     out["first_reset_seconds_mean"] = sum(e["reset_seconds"] for e in episodes) / len(episodes)
     out["cached_reset_seconds"] = cached
     out["split"] = args.alfworld_split
@@ -184,11 +186,11 @@ def _sw_run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, An
             bar.set_postfix_str(f"{task}: score {info['score']:.0f}")
         env.close()
     bar.close()
-    out = _summary(envs, episodes, time.perf_counter() - wall0)
+    out = _summary(envs, episodes, time.perf_counter() - wall0, "ScienceWorld gold action paths")
     out["mean_score"] = sum(e["score"] for e in episodes) / len(episodes)
     return out
 
 
-register_demo_part(DemoPart("metaworld", "Meta-World scripted policy on the first MT10 tasks", _mw_args, _mw_run, needs=("metaworld",)))
-register_demo_part(DemoPart("alfworld", "ALFWorld games played by their walkthroughs", _aw_args, _aw_run, needs=("alfworld",)))
-register_demo_part(DemoPart("scienceworld", "ScienceWorld tasks played by their gold paths", _sw_args, _sw_run, needs=("scienceworld",)))
+register_demo_part(DemoPart("metaworld", "Meta-World scripted policy on the first MT10 tasks", _mw_args, _mw_run, needs=("metaworld",), quick=True))
+register_demo_part(DemoPart("alfworld", "ALFWorld games played by their walkthroughs", _aw_args, _aw_run, needs=("alfworld",), quick=True))
+register_demo_part(DemoPart("scienceworld", "ScienceWorld tasks played by their gold paths", _sw_args, _sw_run, needs=("scienceworld",), quick=True))

@@ -1,7 +1,8 @@
 """Registry of ``metacog demo`` parts.
 
 A part drives something end to end (an environment with its expert today; agents later)
-and returns a JSON-able dict of figures. To add one:
+and returns a JSON-able dict of figures, with ``"model"``: what drove it and where its weights
+came from (:func:`model_info`). To add one:
 
     from metacog_fast.cli.demo_registry import DemoPart, register_demo_part
 
@@ -36,6 +37,8 @@ class DemoPart:
     """Runs the part; returns its figures (JSON-able)."""
     default: bool = True
     """Run when ``--parts`` is not given."""
+    quick: bool = False
+    """Run under ``--quick`` (the environment checks only, under a minute)."""
     needs: tuple[str, ...] = ()
     """Environments (as ``metacog info`` names them) the part needs. When one is not usable
     here (no ALFWorld games, no Java, ...) the demo skips the part and prints the probe's reason."""
@@ -49,3 +52,15 @@ def register_demo_part(part: DemoPart) -> DemoPart:
         raise ValueError(f"demo part {part.name!r} is already registered")
     DEMO_PARTS[part.name] = part
     return part
+
+
+MODEL_KINDS = ("scripted expert", "shipped", "trained in the demo", "base model", "untrained")
+"""Where a part's policy comes from. ``untrained`` parts show a control loop, not a result."""
+
+
+def model_info(name: str, kind: str, note: str = "") -> dict[str, str]:
+    """The ``"model"`` entry of a part's figures: ``name`` (what acted), ``kind`` (one of
+    :data:`MODEL_KINDS`) and a ``note`` (what it measured, or why its numbers mean nothing)."""
+    if kind not in MODEL_KINDS:
+        raise ValueError(f"kind: expected one of {MODEL_KINDS}, got {kind!r}")
+    return {"name": name, "kind": kind, "note": note}

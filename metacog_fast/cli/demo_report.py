@@ -64,33 +64,53 @@ def _summary(parts: dict[str, dict[str, Any]]) -> str:
         elif "error" in r:
             rows.append(f"<tr><td>{_e(name)}</td><td colspan='4' class='err'>failed: {_e(r['error'])}</td></tr>")
         else:
-            model = r.get("actor") or r.get("weights") or r.get("backend") or ""
+            m = r.get("model") or {}
+            name_ = m.get("name") or r.get("actor") or r.get("weights") or r.get("backend") or ""
+            kind = m.get("kind", "")
+            kind_cell = f"<span class='skip'>{_e(kind)}</span>" if kind == "untrained" else _e(kind)
+            note = m.get("note", "")
             rows.append(f"<tr><td>{_e(name)}</td><td class='num'>{_e(r.get('n_episodes', '-'))}</td>"
-                        f"<td class='num'>{_pct(r.get('success_rate'))}</td>"
-                        f"<td class='num'>{float(r.get('wall_seconds', 0)):.1f}</td><td>{_e(model)}</td></tr>")
+                        f"<td class='num'>{'n/a: untrained' if kind == 'untrained' else _pct(r.get('success_rate'))}</td>"
+                        f"<td class='num'>{float(r.get('wall_seconds', 0)):.1f}</td><td>{kind_cell}</td>"
+                        f"<td>{_e(name_)}<br><span class='note'>{_e(note)}</span></td>"
+                        f"<td>{_e(r.get('summary', ''))}</td></tr>")
     return ("<section id='summary'><h2>Summary</h2><table><tr><th>part</th><th>episodes</th><th>success</th>"
-            "<th>wall s</th><th>model / weights</th></tr>" + "".join(rows) + "</table></section>")
+            "<th>wall s</th><th>weights</th><th>model</th><th>what it showed</th></tr>" + "".join(rows)
+            + "</table><p class='note'>weights: <b>scripted expert</b> = the environment's own solution (an "
+            "install check); <b>shipped</b> = weights that come with the package; <b>trained in the demo</b> = "
+            "fitted within this run; <b>base model</b> = the embedded LLM without fine-tuning; <b>untrained</b> = "
+            "fresh weights, so the part shows a control loop, not a result.</p></section>")
 
 
 def _muse_wm(r: dict[str, Any]) -> str:
     psis = [float(x) for x in r.get("psi_sums", [])]
-    return (f"<section id='muse_wm'><h2>MUSE-WM on Meta-World: competence estimate</h2>"
-            f"<p>{_e(r.get('task'))}: {_e(r.get('steps'))} steps, {float(r.get('decisions_per_second', 0)):.0f} "
-            f"decisions/s ({_e(r.get('backend'))} backend), success {bool(r.get('success'))}; weights: "
-            f"{_e(r.get('weights', 'unknown'))}.</p>" + svg_line(psis, label="Σψ (self-assessed competence) per step")
-            + "</section>")
+    d = r.get("dreamer") or {}
+    rows = "".join(
+        f"<tr><td>{name}</td><td class='num'>{_e(x.get('steps'))}</td>"
+        f"<td class='num'>{float(x.get('decisions_per_second') or 0):.0f}</td><td>{'yes' if x.get('success') else 'no'}</td>"
+        f"<td>{how}</td></tr>"
+        for name, x, how in (("MUSE-WM", r, "self-regulates the RSSM state for H=10 steps on every decision"),
+                             ("Dreamer-v3", d, "acts with the actor alone")) if x)
+    return (f"<section id='muse_wm'><h2>MUSE-WM beside Dreamer-v3 on Meta-World</h2>"
+            f"<p>{_e(r.get('task'))} (novel: task embedding zeroed), same weights and seed; weights: "
+            f"{_e(r.get('weights', 'unknown'))}; {_e(r.get('backend'))} backend.</p>"
+            f"<table><tr><th>agent</th><th>steps</th><th>decisions/s</th><th>success</th><th></th></tr>{rows}</table>"
+            + svg_line(psis, label="MUSE-WM's Σψ (self-assessed competence) per step") + "</section>")
 
 
 def _alfworld_muse(r: dict[str, Any]) -> str:
     out = [f"<section id='alfworld_muse'><h2>ALFWorld: one MUSE episode</h2><p>{_e(r.get('task'))}<br>"
            f"<span class='note'>actor: {_e(r.get('actor', '?'))}<br>plan: {_e(r.get('plan', ''))}<br>"
-           f"scorer: {_e(r.get('scorer', ''))}</span></p>"]
+           f"scorer: {_e(r.get('scorer', ''))}</span></p><p class='note'>Each step the actor samples rollouts (the "
+           f"next few actions); M_sa is the scorer's probability that the episode succeeds if it goes on that way, "
+           f"and MUSE executes the first action of the highest. Only the ranking within a step matters: the "
+           f"scorer's values are small for action sequences unlike its training ones.</p>"]
     for t, s in enumerate(r.get("steps", []), 1):
         out.append(f"<table><tr><th colspan='2'>step {t}: chose <code>{_e(s['action'])}</code></th></tr>")
         for i, (roll, score) in enumerate(zip(s["rollouts"], s["scores"])):
             cls = " class='chosen'" if i == s["chosen"] else ""
             text = " | ".join(a for a, _ in roll)
-            out.append(f"<tr{cls}><td class='num'>M_sa {float(score):.3f}</td><td>{_e(text)}</td></tr>")
+            out.append(f"<tr{cls}><td class='num'>M_sa {float(score):.3g}</td><td>{_e(text)}</td></tr>")
         out.append(f"<tr><td colspan='2' class='note'>{_e(s['observation'][:300])}</td></tr></table>")
     out.append(f"<p>outcome: {'won' if r.get('success_rate') else 'not won'} in {len(r.get('steps', []))} steps</p></section>")
     return "".join(out)
@@ -114,7 +134,13 @@ def _sim(r: dict[str, Any]) -> str:
     if viewer and os.path.isfile(viewer):
         frame = f"<iframe title='town replay' srcdoc=\"{html.escape(Path(viewer).read_text(), quote=True)}\"></iframe>"
     keys = ", ".join(f"{_e(k)} {_e(r[k])}" for k in ("survival_rate", "attendance_rate", "llm_cost") if k in r)
-    return f"<section id='sim'><h2>Town: generative agents with metacognition</h2><p class='note'>{keys}</p>{frame}</section>"
+    rows = "".join(f"<tr><td class='num'>{_e(e.get('step'))}</td><td>{_e(e.get('agent'))}</td><td>{_e(e.get('kind'))}</td>"
+                   f"<td>{_e(str(e.get('text', ''))[:240])}</td></tr>" for e in r.get("timeline", []))
+    table = (f"<table><tr><th>step</th><th>agent</th><th>kind</th><th>what happened</th></tr>{rows}</table>"
+             if rows else "")
+    return (f"<section id='sim'><h2>Town: generative agents with metacognition</h2><p class='note'>{keys}</p>"
+            f"<p class='note'>progress = the agent's rating of its progress toward its goal (1-10); meta = a "
+            f"metacognitive question it asked itself and its answer; plan = where it decided to go.</p>{table}{frame}</section>")
 
 
 def _envs(parts: dict[str, dict[str, Any]]) -> str:

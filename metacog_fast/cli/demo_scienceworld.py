@@ -8,11 +8,11 @@ import tempfile
 import time
 from typing import Any
 
-from metacog_fast.cli.demo_registry import DemoPart, ProgressFactory, register_demo_part
+from metacog_fast.cli.demo_registry import DemoPart, ProgressFactory, model_info, register_demo_part
 
 
 def _args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("sw_agent (opt-in)")
+    g = p.add_argument_group("sw_agent")
     g.add_argument("--sw-agent-task", default="13", help="task index, id or name (default 13, find-plant)")
     g.add_argument("--sw-agent-steps", type=int, default=8, help="step budget (default 8)")
     g.add_argument("--sw-agent-config", default="full", help="baseline|amm|srm|full (default full)")
@@ -52,11 +52,18 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
         llm.close()
     bar.update(1)
     bar.close()
-    return {"task": res.task, "variation": res.variation, "config": res.config, "score": res.score, "won": res.won,
+    m = res.mechanisms or {}
+    model = model_info("Swift: a ranker fitted on the gold path of one train variation; Sage and Critic: the "
+                       "embedded SmolLM2-135M", "trained in the demo",
+                       f"ranker top-1 on its training path {stats.get('train_top1_sampled', float('nan')):.2f}; "
+                       "one variation is far from the paper's imitation training, so read the trace, not the score")
+    summary = (f"score {res.score:.0f}; Swift {m.get('swift_steps', 0)} steps, buffered plan {m.get('buffer_steps', 0)}, "
+               f"Sage {m.get('sage_calls', 0)}x, Critic {m.get('critic_calls', 0)}x, memory writes {m.get('memory_writes', 0)}")
+    return {"model": model, "summary": summary, "task": res.task, "variation": res.variation, "config": res.config, "score": res.score, "won": res.won,
             "steps": res.steps, "actions": res.actions, "sources": res.sources, "notes": res.notes, "mechanisms": res.mechanisms, "ranker": stats,
             "episodes": [{"task": res.task, "success": res.won, "steps": res.steps}], "n_episodes": 1,
             "success_rate": 1.0 if res.won else 0.0, "wall_seconds": time.perf_counter() - t0}
 
 
-register_demo_part(DemoPart("sw_agent", "one short ScienceWorld episode of the full dual-process agent (opt-in)",
-                            _args, _run, default=False, needs=("scienceworld",)))
+register_demo_part(DemoPart("sw_agent", "one short ScienceWorld episode of the full dual-process agent",
+                            _args, _run, needs=("scienceworld",)))

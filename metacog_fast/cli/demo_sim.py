@@ -1,5 +1,6 @@
-"""``metacog demo --parts sim``: a tiny zombie-scenario run of the generative agents with
-metacognition (all modules, interviews and judge included) on the embedded LLM."""
+"""``metacog demo --parts sim``: a few steps of the zombie scenario with every module of the
+generative agents with metacognition, on the embedded LLM: each agent's plans, progress ratings and
+metacognitive decisions (the interviews and the judge are left out: minutes on 2 cores)."""
 from __future__ import annotations
 
 import argparse
@@ -7,13 +8,13 @@ import os
 import time
 from typing import Any
 
-from metacog_fast.cli.demo_registry import DemoPart, ProgressFactory, register_demo_part
+from metacog_fast.cli.demo_registry import DemoPart, ProgressFactory, model_info, register_demo_part
 
 
 def _args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("sim (opt-in)")
+    g = p.add_argument_group("sim")
     g.add_argument("--sim-agents", type=int, default=2, help="agents in the zombie town (default 2)")
-    g.add_argument("--sim-steps", type=int, default=2, help="simulation steps (default 2)")
+    g.add_argument("--sim-steps", type=int, default=3, help="simulation steps (default 3)")
 
 
 def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
@@ -27,9 +28,15 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
     summary = demo_part(out_dir, agents=args.sim_agents, steps=args.sim_steps)
     bar.update(1)
     bar.close()
-    return {**summary, "run_dir": out_dir, "viewer": os.path.join(out_dir, "viewer.html"),
+    m = summary.get("metrics", {})
+    rated = [e for e in summary.get("timeline", []) if e.get("kind") == "progress"]
+    model = model_info("the embedded SmolLM2-135M-Instruct", "base model",
+                       "no town-specific weights exist; ratings are the expected value over the answers 1..10")
+    brief = (f"{m.get('steps')} steps, {m.get('alive')}/{m.get('agents')} alive, {len(rated)} progress ratings, "
+             f"meta_cognize {m.get('meta_cognize_runs')}x")
+    return {**summary, "model": model, "summary": brief, "run_dir": out_dir, "viewer": os.path.join(out_dir, "viewer.html"),
             "wall_seconds": time.perf_counter() - t0}
 
 
-register_demo_part(DemoPart("sim", "a tiny zombie-town run of generative agents with metacognition (opt-in)",
-                            _args, _run, default=False))
+register_demo_part(DemoPart("sim", "a few steps of the zombie town: generative agents rating their progress and "
+                            "deciding when to rethink", _args, _run))

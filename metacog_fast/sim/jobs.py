@@ -124,7 +124,15 @@ def report(path: str) -> str:
     return "\n".join(lines)
 
 
-def demo_part(out_dir: str, llm_uri: str | None = None, agents: int = 2, steps: int = 2) -> dict[str, Any]:
-    """A tiny end-to-end zombie run (all modules, judge included) for the package demo; returns its summary."""
-    return simulate(RunOptions(scenario="zombie", agents=agents, steps=steps), Features(), out_dir,
-                    SimLLMOptions(llm=llm_uri), AgentConfig(progress_every=1), progress=None)
+def demo_part(out_dir: str, llm_uri: str | None = None, agents: int = 2, steps: int = 3,
+              judge: bool = False) -> dict[str, Any]:
+    """A tiny zombie run with every module for the package demo (progress rated every step, so the
+    metacognitive loop shows); returns its summary plus ``timeline``: every agent's plans, progress
+    ratings and metacognitive decisions in step order. ``judge``: also the interviews and the LLM
+    judge (minutes on 2 cores, so off in the demo)."""
+    summary = simulate(RunOptions(scenario="zombie", agents=agents, steps=steps, judge=judge), Features(), out_dir,
+                       SimLLMOptions(llm=llm_uri), AgentConfig(progress_every=1), progress=None)
+    with open(os.path.join(out_dir, "run.json"), encoding="utf-8") as f:
+        run = json.load(f)
+    summary["timeline"] = run.get("log", [])
+    return summary

@@ -1,28 +1,23 @@
-"""A short MUSE-WM episode on one novel task, self-regulating at every step (``metacog demo --parts muse_wm``)."""
+"""MUSE-WM beside Dreamer-v3 on one novel task, same weights and seed (``metacog demo --parts muse_wm``):
+MUSE self-regulates at every step (Algorithm 1) and reports its competence estimate Σψ; Dreamer-v3
+acts with the actor alone."""
 from __future__ import annotations
 
 import time
 from typing import Any
 
 
-def demo_part(task: str = "coffee-button-v3", steps: int = 100, checkpoint: str | None = None,
-              sr_z: str = "prior", backend: str = "auto", seed: int = 0, threads: int = 1) -> dict[str, Any]:
-    """A short MUSE-WM episode on one novel task (task embedding zeroed), self-regulating at every
-    step. Uses ``checkpoint`` when given, else fresh XS weights. Returns decisions/s (acting only,
-    env time excluded, the first decision — weight preparation — excluded), success, mean psi sum,
-    and the backend used. ``threads``: torch and core threads during the demo (1 = batch-1 best)."""
+def _episode(task: str, steps: int, checkpoint: str | None, self_regulation: bool, sr_z: str, backend: str,
+             seed: int) -> dict[str, Any]:
     import numpy as np
-
-    from metacog_fast.train.runner import set_threads
-
-    set_threads(threads)
 
     from metacog_fast.agents.muse_wm import MuseWMAgent
     from metacog_fast.models.dreamer import Dreamer, DreamerConfig
+    from metacog_fast.ops.rssm import resolved_backend
     from metacog_fast.train.config import ActConfig
     from metacog_fast.train.rollout import make_metaworld
 
-    act = ActConfig(sr_z=sr_z, backend=backend)
+    act = ActConfig(self_regulation=self_regulation, sr_z=sr_z, backend=backend)
     if checkpoint:
         agent = MuseWMAgent.from_checkpoint(checkpoint, act=act, seed=seed)
     else:
@@ -31,24 +26,42 @@ def demo_part(task: str = "coffee-button-v3", steps: int = 100, checkpoint: str 
     env = make_metaworld(task, seed, steps, novel=True)
     obs, _ = env.reset()
     agent.reset()
-    act_s, psis, success = 0.0, [], False
+    act_s, psis, success, n = 0.0, [], False, 0
     for i in range(steps):
         t0 = time.perf_counter()
         a = agent.act(obs)
         if i:  # the first call prepares (validates, packs) the weights
             act_s += time.perf_counter() - t0
-        psis.append(float(agent.psi.sum()))
+        n += 1
+        if self_regulation:
+            psis.append(float(agent.psi.sum()))
         obs, _, done, info = env.step(a)
         success |= bool(info["success"])
         if done:
             break
     env.close()
-    from metacog_fast.ops.rssm import resolved_backend  # for the report
+    return {"steps": n, "decisions_per_second": (n - 1) / act_s if act_s else float("nan"), "success": success,
+            "psi_sums": psis, "mean_psi_sum": float(np.mean(psis)) if psis else None,
+            "backend": resolved_backend(agent.w, agent.h, backend)}
 
-    be = resolved_backend(agent.w, agent.h, backend)
-    res = {"task": task, "steps": len(psis), "decisions_per_second": (len(psis) - 1) / act_s if act_s else float("nan"), "success": success,
-           "mean_psi_sum": float(np.mean(psis)), "psi_sums": psis, "backend": be, "sr_z": sr_z,
+
+def demo_part(task: str = "coffee-button-v3", steps: int = 100, checkpoint: str | None = None,
+              sr_z: str = "prior", backend: str = "auto", seed: int = 0, threads: int = 1) -> dict[str, Any]:
+    """One episode of MUSE-WM (self-regulating, H=10) and one of Dreamer-v3 (no self-regulation) on
+    the novel ``task`` (task embedding zeroed), from the same weights (``checkpoint``, else fresh XS
+    weights) and seed. Decisions/s count acting only (env time and the first decision, which
+    prepares the weights, excluded). ``threads``: torch and core threads (1 = batch-1 best).
+
+    Returns MUSE's figures at the top level (``psi_sums`` [steps]: Σψ per step) and Dreamer's under
+    ``"dreamer"``; ``"weights"`` says whether they were trained."""
+    from metacog_fast.train.runner import set_threads
+
+    set_threads(threads)
+    muse = _episode(task, steps, checkpoint, True, sr_z, backend, seed)
+    dreamer = _episode(task, steps, checkpoint, False, sr_z, backend, seed)
+    res = {"task": task, **muse, "sr_z": sr_z, "dreamer": dreamer,
            "weights": f"checkpoint {checkpoint}" if checkpoint else "fresh XS weights (untrained)"}
-    print(f"MUSE-WM on {task}: {res['decisions_per_second']:.0f} decisions/s ({be} backend, H=10), "
-          f"success={success}, mean sum(psi)={res['mean_psi_sum']:.2f}")
+    print(f"MUSE-WM on {task}: {muse['decisions_per_second']:.0f} decisions/s ({muse['backend']} backend, H=10), "
+          f"success={muse['success']}, mean sum(psi)={muse['mean_psi_sum']:.2f}; Dreamer-v3: "
+          f"{dreamer['decisions_per_second']:.0f} decisions/s, success={dreamer['success']}; weights: {res['weights']}")
     return res
