@@ -85,3 +85,23 @@ def test_shipped_scorer_matches_its_record():
     assert cv["games"] == rep["trained_on"]["games"] and cv["episodes"] == rep["trained_on"]["episodes"]
     a = cv["chunk_auroc2"]
     assert a["defined"] and a["positives"] >= 5 and np.isfinite(a["value"])
+
+
+def test_cli_scorer_command(records, tmp_path, capsys):
+    """`metacog finetune scorer`: flags from ScorerFitConfig; a folder without records is an exit-2
+    error naming the argument; a small real fit writes the scorer and prints its AUROC2."""
+    from metacog_fast.cli.main import main
+
+    assert main(["finetune", "scorer", "--episodes", str(tmp_path), "--out", str(tmp_path / "s")]) == 2
+    assert "dirs:" in capsys.readouterr().err
+    src = tmp_path / "few" / "episodes"
+    for r in _subset(records, 6, 6):
+        d = src / r["game"]
+        d.mkdir(parents=True)
+        (d / "test_0.json").write_text(json.dumps({k: v for k, v in r.items() if k != "source"}))
+    rc = main(["finetune", "scorer", "--episodes", str(tmp_path / "few"), "--out", str(tmp_path / "s"),
+               "--epochs", "2", "--folds", "2", "--resamples", "200", "--shape", "episode"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["trained_on"]["episodes"] == 12 and out["chunk_auroc2"].endswith("(6+/6- ep)")
+    assert json.loads((tmp_path / "s" / "scorer.json").read_text())["config"]["shape"] == "episode"

@@ -1,4 +1,4 @@
-"""``metacog finetune data|sft|export|eval|compare|reflections|dpo``: pre-deployment fine-tuning
+"""``metacog finetune data|sft|export|eval|compare|reflections|dpo|scorer``: pre-deployment fine-tuning
 of the ALFWorld actor (SFT) and of the reflector (DPO).
 
 Flags are generated from the configuration dataclasses of :mod:`metacog_fast.finetune`
@@ -65,11 +65,21 @@ def _dpo(a: argparse.Namespace) -> int:
     return 0
 
 
+def _scorer(a: argparse.Namespace) -> int:
+    from metacog_fast.finetune.scorer import ScorerFitConfig, fit_scorer, load_episodes
+
+    rep = fit_scorer(load_episodes(a.episodes), a.out, config_from_args(Flags(ScorerFitConfig), a))
+    cv = rep.get("crossval", {})
+    print(json.dumps({"trained_on": rep["trained_on"], "chunk_auroc2": cv.get("chunk_auroc2_text"),
+                      "episode_auroc2": cv.get("episode_auroc2_text")}))
+    return 0
+
+
 def attach(p: argparse.ArgumentParser) -> None:
     """Fills ``metacog finetune`` (:mod:`metacog_fast.cli.commands`)."""
     from metacog_fast.finetune.data import DataConfig
 
-    sub = p.add_subparsers(dest="finetune_cmd", required=True, metavar="{data,sft,export,eval,compare,reflections,dpo}")
+    sub = p.add_subparsers(dest="finetune_cmd", required=True, metavar="{data,sft,export,eval,compare,reflections,dpo,scorer}")
     d = sub.add_parser("data", help="play expert walkthroughs (and add our agents' wins) into an SFT dataset")
     d.add_argument("--out", required=True, help="dataset folder (resumed when it exists)")
     d.add_argument("--games-dir", default=None,
@@ -112,3 +122,12 @@ def attach(p: argparse.ArgumentParser) -> None:
     o.add_argument("--out", required=True, help="training folder (checkpoints, log; resumed when it exists)")
     add_config_flags(o, Flags(DPOTrainConfig))
     o.set_defaults(func=_dpo)
+    from metacog_fast.finetune.scorer import ScorerFitConfig
+
+    m = sub.add_parser("scorer", help="the actor's self-assessment scorer M_sa from its own recorded episodes, "
+                                      "with a cross-validated AUROC2 on held-out games")
+    m.add_argument("--episodes", nargs="+", required=True,
+                   help="evaluation folders holding episode records (e.g. results/finetune/eval_rr1200_final_60)")
+    m.add_argument("--out", required=True, help="scorer folder (head.safetensors, config.json, scorer.json)")
+    add_config_flags(m, Flags(ScorerFitConfig))
+    m.set_defaults(func=_scorer)

@@ -16,7 +16,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 
@@ -32,7 +32,7 @@ class ScorerFitConfig:
     epochs: int = 5
     """Passes over the training chunks (measured by the cross-validation on the shipped actor's
     episodes: chunk AUROC2 0.695 at 5 epochs, 0.676 at 15; the head overfits beyond)."""
-    shape: str = "rollout"
+    shape: Literal["rollout", "episode"] = "rollout"
     """``"rollout"``: chunks shaped like the ones MUSE scores at deployment, one per step t: the
     ``chunk_size - rollout_pairs`` real pairs before t, then the next ``rollout_pairs`` actions with
     their observations blanked (the shipped actor is trained on actions only, so its rollouts are
