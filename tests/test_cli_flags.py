@@ -51,6 +51,7 @@ def _specs() -> dict[str, tuple[Flags, ...]]:
     from metacog_fast.finetune.evaluate import EvalConfig
     from metacog_fast.finetune.export import ExportConfig
     from metacog_fast.finetune.reflections import ReflectionDataConfig
+    from metacog_fast.finetune.scorer import ScorerFitConfig
     from metacog_fast.finetune.sft import SFTConfig
 
     return {
@@ -70,6 +71,7 @@ def _specs() -> dict[str, tuple[Flags, ...]]:
         "finetune eval": (Flags(EvalConfig),),
         "finetune reflections": (Flags(ReflectionDataConfig),),
         "finetune dpo": (Flags(DPOTrainConfig),),
+        "finetune scorer": (Flags(ScorerFitConfig),),
     }
 
 
