@@ -147,7 +147,8 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
         llm.close()
     kind = "shipped" if args.alfworld_muse_llm.startswith("finetuned:") else "base model"
     return {"model": model_info(args.alfworld_muse_llm, kind, actor.split(": ", 1)[-1]),
-            "summary": f"{'won' if won else 'not won'} in {len(steps)} steps; M_sa by {origin.split(':')[0]}",
+            "summary": f"{'won' if won else 'not won'} in {len(steps)} steps, {ac.rollouts} rollouts scored by M_sa "
+                       f"per step ({'the scorer shipped with the actor' if origin.startswith('shipped') else origin.split(':')[0]})",
             "game": g["game"], "task": task, "actor": actor, "plan": agent.current_plan, "scorer": origin, "steps": steps,
             "episodes": [{"task": task, "success": won, "steps": len(steps)}], "n_episodes": 1,
             "success_rate": 1.0 if won else 0.0, "wall_seconds": time.perf_counter() - t0}
