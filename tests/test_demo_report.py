@@ -60,3 +60,33 @@ def test_alfworld_rollouts_skips_and_errors_are_shown():
     assert "skipped: needs nothing &lt;b&gt;" in page and "failed: boom" in page
     assert "id='sim'" not in page and "id='sw_agent'" not in page  # no section for parts that did not run
     assert "no data" in svg_line([]) and svg_line([1.0, 1.0]).count("<polyline") == 1
+
+
+def test_every_section_renders_in_chromium(tmp_path):
+    """A report holding every part (the figures' shapes as the parts write them) renders each section."""
+    from metacog_fast.cli.demo_registry import model_info
+
+    report = {"parts": {
+        "metaworld": {"episodes": [{"task": "reach-v3", "success": True, "steps": 20}], "n_episodes": 1,
+                      "success_rate": 1.0, "wall_seconds": 1.0, "model": model_info("scripted", "scripted expert")},
+        "muse_wm": {"task": "coffee-button-v3", "steps": 3, "decisions_per_second": 100.0, "success": False,
+                    "psi_sums": [2.0, 2.5, 3.0], "backend": "cpu", "weights": "fresh XS weights (untrained)",
+                    "dreamer": {"steps": 3, "decisions_per_second": 500.0, "success": False, "psi_sums": []},
+                    "n_episodes": 2, "success_rate": 0.0, "wall_seconds": 1.0,
+                    "model": model_info("MUSE-WM", "untrained", "control loop only")},
+        "alfworld_muse": {"task": "put a pen in desk", "actor": "a", "plan": "p", "scorer": "s", "n_episodes": 1,
+                          "success_rate": 1.0, "wall_seconds": 1.0, "model": model_info("finetuned:alfworld", "shipped"),
+                          "steps": [{"action": "go to desk 1", "observation": "ok", "rollouts": [[["go to desk 1", ""]]],
+                                     "scores": [0.5], "chosen": 0}]},
+        "sw_agent": {"task": "find-plant", "variation": 1, "config": "full", "score": 50.0, "won": False,
+                     "actions": ["look around"], "sources": ["swift"], "notes": ["sage: 1. find a plant"],
+                     "mechanisms": {"sage_calls": 1}, "n_episodes": 1, "success_rate": 0.0, "wall_seconds": 1.0,
+                     "model": model_info("ranker", "trained in the demo")},
+        "sim": {"timeline": [{"step": 1, "agent": "Ada", "kind": "progress", "text": "4/10 fine"}],
+                "wall_seconds": 1.0, "model": model_info("SmolLM2", "base model")}}}
+    page = tmp_path / "report.html"
+    page.write_text(render(report))
+    dom = _dom(page)
+    for section in ("summary", "muse_wm", "alfworld_muse", "sw_agent", "sim", "envs"):
+        assert f'id="{section}"' in dom, section
+    assert "n/a: untrained" in dom and "4/10 fine" in dom and "Dreamer-v3" in dom
