@@ -61,8 +61,8 @@ def _specs() -> dict[str, tuple[Flags, ...]]:
         "learn": (experience.protocol_flags(), experience.EXPERIENCE_FLAGS, EXECUTOR_WORKERS_FLAGS),
         "sim": (*sim.RUN_FLAGS, sim.FEATURE_FLAGS),
         "sim ablate": (*sim.RUN_FLAGS, sim.ABLATION_FLAGS, EXECUTOR_WORKERS_FLAGS),
-        "train metaworld": (train.TRAIN_FLAGS,),
-        "adapt metaworld": (train.ADAPT_FLAGS,),
+        "train metaworld": (train.TRAIN_FLAGS, EXECUTOR_WORKERS_FLAGS),
+        "adapt metaworld": (train.ADAPT_FLAGS, EXECUTOR_WORKERS_FLAGS),
         "train assess": (train.ASSESS_FLAGS,),
         "report scienceworld-swift": (scienceworld.swift_eval_flags(),),
         "finetune data": (Flags(DataConfig),),
@@ -199,8 +199,9 @@ def test_a_parsed_command_line_round_trips_to_its_configs():
                 GenAgent(progress_every=2, reflect_threshold=10.0), Features(metacognition=False, planning=False)),
         "sim ablate": (RunOptions(steps=3), SimLLMOptions(llm="http://x/v1"), GenAgent(),
                        AblationOptions(configs=("all", "none"), runs=1), ExecutorConfig(workers=None, executor="process")),
-        "train metaworld": (TrainJob(profile="smoke", agent="muse", seed=3, sr_z="posterior", progress=False, threads=2),),
-        "adapt metaworld": (AdaptJob(checkpoint="r/pretrained", agent="dreamer", profile=None, out="o"),),
+        "train metaworld": (TrainJob(profile="smoke", agent="muse", seed=3, sr_z="posterior", threads=2),
+                            ExecutorConfig(executor="process", workers=2, progress=False)),
+        "adapt metaworld": (AdaptJob(checkpoint="r/pretrained", agent="dreamer", profile=None, out="o"), ExecutorConfig()),
         "train assess": (AssessConfig(checkpoint=("a", "b.safetensors"), names=("x", "y"), out="o.json", novel=True,
                                       tasks="reach-v3,push-v3", roc="r.png"),),
         "finetune sft": (SFTConfig(epochs=2.0, learning_rate=5e-4, sources=("alfworld_expert",), max_examples=None),),
@@ -299,6 +300,7 @@ def test_the_background_finetune_pipeline_command_lines_parse_to_their_configs()
 
 def test_old_spellings_reach_the_same_fields():
     from metacog_fast.cli import alfworld, experience, scienceworld, sim, train
+    from metacog_fast.cli.executor import EXECUTOR_WORKERS_FLAGS
 
     a = _leaf(["learn"]).parse_args(
         "alfworld --episode-actions 30 --subtask-actions 9 --grounding embed --shortlist 0 --no-subtask-commands "
@@ -318,7 +320,8 @@ def test_old_spellings_reach_the_same_fields():
     assert (pc2.expert_positives, pc2.train_only) == (False, True)
     t = _leaf(["train", "metaworld"]).parse_args("--no-progress --sr-z posterior --threads 2 --profile smoke".split())
     job = config_from_args(train.TRAIN_FLAGS, t)
-    assert (job.progress, job.sr_z, job.threads, job.profile) == (False, "posterior", 2, "smoke")
+    assert (job.sr_z, job.threads, job.profile) == ("posterior", 2, "smoke")
+    assert config_from_args(EXECUTOR_WORKERS_FLAGS, t).progress is False
     m = _leaf(["sim"]).parse_args("--no-judge --no-memory --llm-threads 2 --progress-every 3".split())
     assert config_from_args(sim.RUN_FLAGS[0], m).judge is False and config_from_args(sim.FEATURE_FLAGS, m).memory is False
     s2 = _leaf(["train", "assess"]).parse_args("--checkpoint A B --names a b --out o".split())
@@ -450,3 +453,26 @@ def test_a_tiny_sim_ablation_runs_from_the_command_line_with_its_flags(tmp_path,
     doc = json.loads((out / "ablation.json").read_text())
     assert list(doc["table"]) == ["none"] and (doc["agents"], doc["steps"], doc["runs"]) == (2, 1, 1)
     assert "| none | none | 1 |" in capsys.readouterr().out
+
+
+def test_smoke_train_then_adapt_from_the_command_line(tmp_path, capsys):
+    """``metacog train metaworld --profile smoke`` and ``metacog adapt metaworld`` from its checkpoint,
+    through the harness; a second ``train`` resumes the finished run and reports the same results."""
+    pytest.importorskip("metaworld")
+    import json
+
+    run, out = tmp_path / "run", tmp_path / "report"
+    argv = ["train", "metaworld", "--profile", "smoke", "--agent", "muse", "--seed", "2", "--executor", "inline",
+            "--run-dir", str(run), "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    snap = json.loads((run / "muse" / "config.json").read_text())["config"]
+    assert (snap["profile"], snap["agent"], snap["seed"]) == ("smoke", "muse", 2)
+    first = json.loads((out / "results.json").read_text())
+    assert main(argv[:-3] + ["--out", str(tmp_path / "again"), "--no-progress"]) == 0
+    assert json.loads((tmp_path / "again" / "results.json").read_text()) == first
+    assert main(["adapt", "metaworld", "--checkpoint", str(run / "muse" / "pretrained"), "--sr-z", "posterior",
+                 "--seed", "2", "--no-progress"]) == 0
+    adapted = json.loads((run / "muse" / "adapt_muse" / "config.json").read_text())["config"]
+    assert adapted["act"]["sr_z"] == "posterior" and adapted["profile"] == "smoke"
+    assert (run / "muse" / "adapt_muse" / "report" / "table1.md").is_file()
+    assert "MUSE" in capsys.readouterr().out

@@ -1,6 +1,7 @@
 """What ``metacog train metaworld`` and ``metacog adapt metaworld`` run, as plain functions of
 configuration dataclasses: the whole protocol (pre-deployment + adaptation) per agent and its
-report, or the adaptation of a pre-trained checkpoint."""
+report, or the adaptation of a pre-trained checkpoint. Each agent's protocol is one task of the run
+harness (``train.tasks.run_agents``), so agents train in parallel on any executor."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from metacog_fast.agents.muse_wm.config import ActConfig
+from metacog_fast.runs.config import ExecutorConfig
 from metacog_fast.train.config import ProtocolConfig, profile
 
 PROFILES = ("cpu", "smoke", "paper")
@@ -26,8 +28,6 @@ class MetaWorldJob:
     """Acting kernel backend (auto, cpu, torch, ...)."""
     threads: int = ProtocolConfig.torch_threads
     """torch threads."""
-    progress: bool = True
-    """A progress bar."""
 
     def protocol(self, profile_name: str, agent: str, **overrides: Any) -> ProtocolConfig:
         """The profile's ProtocolConfig for ``agent`` with this job's settings."""
@@ -77,20 +77,18 @@ def _label(agent: str) -> str:
     return "MUSE" if agent == "muse" else "Dreamer-v3"
 
 
-def train_metaworld(job: TrainJob) -> dict[str, Any]:
-    """Pre-deployment + adaptation for the chosen agent(s) (runs in ``job.run_dir`` resumed), then
-    the report (JSON, CSV, Table 1, plots) in ``job.out``. Returns the results."""
+def train_metaworld(job: TrainJob, executor: ExecutorConfig | None = None) -> dict[str, Any]:
+    """Pre-deployment + adaptation for the chosen agent(s) (``job.run_dir/<agent>``, resumed), one
+    harness task per agent on ``executor``, then the report (JSON, CSV, Table 1, plots) in
+    ``job.out``. Returns the results."""
     from metacog_fast.train.report import write_report
-    from metacog_fast.train.runner import ProtocolRunner
+    from metacog_fast.train.tasks import run_agents
 
     run_root = Path(job.run_dir or f"runs/metaworld/{job.profile}")
     agents = ("muse", "dreamer") if job.agent == "both" else (job.agent,)
-    runs = {}
-    for agent in agents:
-        cfg = job.protocol(job.profile, agent)
-        rd = run_root / agent
-        ProtocolRunner(cfg, rd, progress=job.progress).run()
-        runs[_label(agent)] = (rd, cfg)
+    cfgs = {agent: job.protocol(job.profile, agent) for agent in agents}
+    run_agents(run_root, cfgs, executor)
+    runs = {_label(agent): (run_root / agent, cfg) for agent, cfg in cfgs.items()}
     out = Path(job.out or f"results/metaworld/{job.profile}")
     results = write_report(runs, out)
     print((out / "table1.md").read_text())
@@ -98,11 +96,11 @@ def train_metaworld(job: TrainJob) -> dict[str, Any]:
     return results
 
 
-def adapt_metaworld(job: AdaptJob) -> dict[str, Any]:
-    """Adaptation on the novel tasks from ``job.checkpoint``, then the report."""
+def adapt_metaworld(job: AdaptJob, executor: ExecutorConfig | None = None) -> dict[str, Any]:
+    """Adaptation on the novel tasks from ``job.checkpoint`` (a harness task on ``executor``), then the report."""
     from metacog_fast.train.checkpoint import read_config
     from metacog_fast.train.report import write_report
-    from metacog_fast.train.runner import ProtocolRunner
+    from metacog_fast.train.tasks import run_agents
 
     stem = Path(job.checkpoint)
     if stem.suffix in (".json", ".safetensors"):
@@ -110,7 +108,7 @@ def adapt_metaworld(job: AdaptJob) -> dict[str, Any]:
     saved, _ = read_config(stem)
     cfg = job.protocol(job.profile or saved.profile, job.agent, model=saved.model)
     rd = Path(job.run_dir or stem.parent / f"adapt_{job.agent}")
-    ProtocolRunner(cfg, rd, progress=job.progress, pretrained=stem).run()
+    run_agents(rd.parent, {rd.name: cfg}, executor, pretrained=stem)
     out = Path(job.out or rd / "report")
     results = write_report({_label(job.agent): (rd, cfg)}, out)
     print((out / "table1.md").read_text())
