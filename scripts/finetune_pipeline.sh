@@ -18,5 +18,7 @@ $M finetune sft --data-dir $R/data_train --out $R/sft_full_actions --epochs 2 --
 $M finetune export --checkpoint $R/sft_full_actions --out $R/model_full_actions --name alfworld-full >> $R/logs/export_full.log 2>&1
 # the same 60 valid_train games as every earlier evaluation
 $M finetune eval --llm finetuned:alfworld-full --out $R/eval_full_60 --tasks 60 --workers 2 >> $R/logs/eval_full.log 2>&1
+# that actor's own self-assessment scorer from its 60 evaluation episodes (held-out-game AUROC2 in scorer.json)
+$M finetune scorer --episodes $R/eval_full_60 --out $R/scorer_full >> $R/logs/scorer_full.log 2>&1
 # reflection outcomes on valid_seen with that actor: DPO pairs and the base reflector's quality
 $M finetune reflections --out $R/reflections_full --actor finetuned:alfworld-full --games 60 >> $R/logs/reflections.log 2>&1
