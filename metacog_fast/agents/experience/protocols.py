@@ -158,6 +158,9 @@ def _run(cfg: ProtocolConfig, exp: ExperienceConfig | None, llm: LLM | None, log
         memory_in = probe.to_json()
     ex = executor or ExecutorConfig()
     in_process = llm is not None or ex.executor == "inline" or (ex.executor == "local" and ex.resolved_workers(1) == 1)
+    own_llm = None
+    if in_process and llm is None and not all(folder.has(record_key(*e)) for e in baseline + group):
+        own_llm = llm = _open_llm(cfg)  # in this process every episode shares one LLM
     common = {"protocol": asdict(cfg), "experience": asdict(exp), "llm": llm,
               "log": log if in_process else None,  # a worker elsewhere logs to its own stdout
               "run_id": os.path.basename(os.path.abspath(cfg.out)),
@@ -169,7 +172,11 @@ def _run(cfg: ProtocolConfig, exp: ExperienceConfig | None, llm: LLM | None, log
     if group:
         tasks.append(Task(group_condition, {**common, "episodes": group, "use_memory": True, "learn": learn,
                                             "memory_in": memory_in}, tuple(record_key(*e) for e in group)))
-    run_tasks(folder, tasks, play_episodes, executor, family_workers=1, desc=f"experience/{group_condition}")
+    try:
+        run_tasks(folder, tasks, play_episodes, executor, family_workers=1, desc=f"experience/{group_condition}")
+    finally:
+        if own_llm is not None:
+            own_llm.close()
     order = baseline + group
     episodes = [folder.read(record_key(*e)) for e in order]
     memory = ExperienceMemory(exp, make_embedder(cfg.embedder))
