@@ -5,7 +5,8 @@ the same code with the SA loss off (self-regulation is an acting option, see
 
 Shapes: ``B`` batch, ``T`` sequence length, ``O`` observation size, ``A`` action size,
 ``D`` deter, ``Z = S*C`` stochastic, ``N`` quantiles, feature ``s = [h, z]`` is ``[.., D+Z]``.
-Training uses autograd through the torch reference functions of the RSSM.
+Training uses autograd through the RSSM functions of :mod:`metacog_fast.models.rssm_train_ops`
+(the torch reference's maths with fused ops).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from metacog_fast.models import rssm_train_ops as fused
 from metacog_fast.ops.rssm import naive as ref
 from metacog_fast.ops.rssm.weights import init_rssm_weights
 from metacog_fast.models.rssm import RSSM
@@ -52,6 +54,11 @@ class DreamerConfig:
     """Encoder output size (None: Hd)."""
     layers: int = 2
     """Hidden layers of the encoder, decoder, reward/continue/critic heads, actor and SA MLPs."""
+    obs_mlp_layers: int | None = None
+    """Hidden layers of the observation encoder and decoder (None: ``layers``; the reference
+    DreamerV3 uses 5 for vector observations)."""
+    obs_mlp_units: int | None = None
+    """Width of the observation encoder and decoder (None: Hd; the reference uses 1024)."""
     N: int = 5
     """Self-assessment quantiles."""
     muse: bool = True
@@ -88,6 +95,10 @@ class DreamerConfig:
     """Gradient-norm clip of the actor and of the critic."""
     seed: int = 0
     """Initialisation seed."""
+    precision: str = "float32"
+    """Matmul precision of ``train_step``: "float32", or "bfloat16" (autocast: the matmuls of the
+    forward and backward passes in bf16, with float32 weights, optimiser state, head outputs,
+    losses and returns; fast on CPUs with AVX512-BF16/AMX, see docs/muse_wm.md "Training speed")."""
 
     def sizes(self) -> dict[str, int]:
         """Resolved D, Hd, E."""
@@ -118,7 +129,16 @@ class MLP(nn.Module):
             nn.init.zeros_(self.out.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.body(x))
+        x = self.body(x)
+        if torch.is_autocast_enabled(x.device.type):
+            # The (small) output layer in float32, so heads, losses and returns are float32.
+            with torch.autocast(x.device.type, enabled=False):
+                return self.out(x.float())
+        return self.out(x)
+
+
+PRECISIONS = ("float32", "bfloat16")
+"""Values of ``DreamerConfig.precision``."""
 
 
 class Dreamer(nn.Module):
@@ -126,6 +146,8 @@ class Dreamer(nn.Module):
 
     def __init__(self, cfg: DreamerConfig) -> None:
         super().__init__()
+        if cfg.precision not in PRECISIONS:
+            raise ValueError(f"precision: expected one of {PRECISIONS}, got {cfg.precision!r}")
         self.cfg = cfg
         sz = cfg.sizes()
         self.D, self.Hd, self.E = sz["D"], sz["Hd"], sz["E"]
@@ -136,8 +158,10 @@ class Dreamer(nn.Module):
             L=cfg.layers, N=cfg.N, seed=cfg.seed,
         ), classes=cfg.C)
         F_ = self.D + self.Z
-        self.encoder = MLP(cfg.obs_dim, self.Hd, self.E, cfg.layers)
-        self.decoder = MLP(F_, self.Hd, cfg.obs_dim, cfg.layers)
+        obs_layers = cfg.layers if cfg.obs_mlp_layers is None else cfg.obs_mlp_layers
+        obs_units = self.Hd if cfg.obs_mlp_units is None else cfg.obs_mlp_units
+        self.encoder = MLP(cfg.obs_dim, obs_units, self.E, obs_layers)
+        self.decoder = MLP(F_, obs_units, cfg.obs_dim, obs_layers)
         self.reward = MLP(F_, self.Hd, 1, cfg.layers, zero_out=True)
         self.cont = MLP(F_, self.Hd, 1, cfg.layers)
         self.critic = MLP(F_, self.Hd, 1, cfg.layers, zero_out=True)
@@ -157,6 +181,11 @@ class Dreamer(nn.Module):
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.ac_lr, eps=1e-5)
 
     # --- pieces ---------------------------------------------------------------------------
+
+    def autocast(self) -> torch.autocast:
+        """The ``precision`` context of the forward passes of ``train_step`` (off for float32)."""
+        dev = next(self.parameters()).device.type
+        return torch.autocast(dev, dtype=torch.bfloat16, enabled=self.cfg.precision == "bfloat16")
 
     def rssm_group(self, prefix: str) -> list[nn.Parameter]:
         """RSSM parameters whose docs/design.md name starts with ``prefix + '.'`` (e.g. "actor", "sa")."""
@@ -188,13 +217,13 @@ class Dreamer(nn.Module):
             a = prev_actions[:, t]
             if t == 0:
                 a = torch.zeros_like(a)
-            h = ref.sequence_model(w, h, z, a)
-            post = ref.posterior_logits(w, h, embed[:, t])
+            h = fused.sequence_model(w, h, z, a)
+            post = fused.posterior_logits(w, h, embed[:, t])
             z = ref.sample_categorical(post, u[t], self.cfg.C, straight_through=True)
             hs.append(h)
             zs.append(z)
             posts.append(post)
-            priors.append(ref.prior_logits(w, h))
+            priors.append(fused.prior_logits(w, h))
         st = lambda xs: torch.stack(xs, 1)  # noqa: E731
         return {"h": st(hs), "z": st(zs), "post": st(posts), "prior": st(priors)}
 
@@ -206,7 +235,7 @@ class Dreamer(nn.Module):
 
     def sa_logits(self, feat: torch.Tensor) -> torch.Tensor:
         """Self-assessment logits on s = [h, z] [.., D+Z] -> [.., N]."""
-        return ref.sa_logits(self.rssm.weights(), feat)
+        return fused.sa_logits(self.rssm.weights(), feat)
 
     # --- world-model loss (Eq. 2 + Eq. 4) -------------------------------------------------------
 
@@ -254,10 +283,10 @@ class Dreamer(nn.Module):
         acts, ents = [], []
         for _ in range(cfg.horizon):
             s = feats[-1]
-            mean, std = ref.actor_stats(w, s)
+            mean, std = fused.actor_stats(w, s)
             a = torch.tanh(mean + std * torch.randn_like(mean))
-            h = ref.sequence_model(w, h, z, a)
-            z = ref.sample_categorical(ref.prior_logits(w, h), torch.rand(M, cfg.S), cfg.C, straight_through=True)
+            h = fused.sequence_model(w, h, z, a)
+            z = ref.sample_categorical(fused.prior_logits(w, h), torch.rand(M, cfg.S), cfg.C, straight_through=True)
             feats.append(torch.cat([h, z], -1))
             acts.append(a)
             ents.append(std.log().sum(-1))
@@ -308,20 +337,31 @@ class Dreamer(nn.Module):
     def train_step(self, batch: Mapping[str, torch.Tensor], ac_starts: int | None = 256) -> dict[str, float]:
         """One world-model update then one actor and critic update on imagined data.
 
-        ``ac_starts``: number of posterior states (random subset of B*T) to imagine from.
+        ``ac_starts``: number of posterior states (random subset of B*T) to imagine from
+        (None: all of them, as the reference DreamerV3).
         """
-        cfg = self.cfg
-        self.wm_opt.zero_grad(set_to_none=True)
-        loss, aux = self.world_model_loss(batch)
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.wm_params, cfg.wm_clip)
-        self.wm_opt.step()
-        h0 = aux["h"].reshape(-1, self.D)
-        z0 = aux["z"].reshape(-1, self.Z)
+        h0, z0, metrics = self.train_world_model(batch)
         if ac_starts is not None and ac_starts < h0.shape[0]:
             idx = torch.randperm(h0.shape[0])[:ac_starts]
             h0, z0 = h0[idx], z0[idx]
-        actor_loss, critic_loss, m2 = self.actor_critic_loss(h0, z0)
+        return {**metrics, **self.train_actor_critic(h0, z0)}
+
+    def train_world_model(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        """One world-model update; returns the detached posterior states h0 [B*T, D], z0 [B*T, Z] and metrics."""
+        cfg = self.cfg
+        self.wm_opt.zero_grad(set_to_none=True)
+        with self.autocast():
+            loss, aux = self.world_model_loss(batch)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.wm_params, cfg.wm_clip)
+        self.wm_opt.step()
+        return aux["h"].reshape(-1, self.D), aux["z"].reshape(-1, self.Z), aux["metrics"]
+
+    def train_actor_critic(self, h0: torch.Tensor, z0: torch.Tensor) -> dict[str, float]:
+        """One actor and one critic update imagined from h0 [M, D], z0 [M, Z]; then the slow critic."""
+        cfg = self.cfg
+        with self.autocast():
+            actor_loss, critic_loss, m2 = self.actor_critic_loss(h0, z0)
         self.actor_opt.zero_grad(set_to_none=True)
         self.critic_opt.zero_grad(set_to_none=True)
         # The actor loss backpropagates through the dynamics (Dreamer's dynamics backprop for
@@ -336,7 +376,7 @@ class Dreamer(nn.Module):
             for p, q in zip(self.slow_critic.parameters(), self.critic.parameters()):
                 p.mul_(1 - cfg.critic_ema).add_(cfg.critic_ema * q)
             self.updates += 1
-        return {**aux["metrics"], **m2}
+        return m2
 
     # --- export for acting ---------------------------------------------------------------------------
 
