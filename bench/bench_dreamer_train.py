@@ -33,6 +33,10 @@ from metacog_fast.models.dreamerv3_reference import ReferenceConfig, ReferenceDr
 
 B, T, O, A, H = 16, 64, 59, 4, 15
 ROUNDS = int(os.environ.get("METACOG_BENCH_DREAMER_ROUNDS", "3"))
+THREADS = int(os.environ.get("METACOG_BENCH_DREAMER_THREADS", "1"))
+"""Torch threads of both sides. 1 by default: on the shared 2-core machine every parallel op of a
+2-thread run waited ~7 ms at its barrier whenever another job held a core (measured: LayerNorm
+[1024, 1536] 7.9 ms on 2 threads against 0.6 ms on 1, load 4.5), which swamped the comparison."""
 TARGET_RATIO = 1.5
 
 OURS = {
@@ -79,7 +83,8 @@ def _our_update(model: Dreamer, batch) -> tuple[float, float]:
     return _timed(lambda: model.train_world_model(batch)[:2], lambda hz: model.train_actor_critic(*hz))
 
 
-def test_dreamer_update_vs_reference(benchmark):
+def test_dreamer_update_vs_reference(benchmark, torch_threads):
+    torch_threads(THREADS)
     torch.manual_seed(0)
     anchor_data, our_batch = _data()
     anchor = ReferenceDreamer(ReferenceConfig(obs_dim=O, action_dim=A, horizon=H))
