@@ -8,7 +8,8 @@ of NM512/dreamerv3-torch's update step, fp32 eager, its ``configs.yaml`` sizes f
 observations: RSSM deter = hidden = 512, 32 x 32 latents, encoder and decoder 5 x 1024, heads 2 x 512,
 255-bin two-hot reward and critic). Ours: :class:`metacog_fast.models.dreamer.Dreamer` at the same
 sizes (preset "S", ``obs_mlp_layers=5``, ``obs_mlp_units=1024``, ``E=1024``), Dreamer-v3 (SA loss off)
-in float32 and in bfloat16, and MUSE (SA loss on) in bfloat16. Both sides: batch 16 x 64 rows,
+in float32 and in bfloat16, and MUSE (SA loss on) in bfloat16; also ours on the readable RSSM
+functions (``*_naive_ops``: the fp32 one is the update as it was before this benchmark). Both sides: batch 16 x 64 rows,
 imagination from all 1024 posterior states, horizon 15, 59-d observations, 4-d actions.
 
 One update = one world-model step + one actor step + one critic step (with the slow critic). The
@@ -21,6 +22,7 @@ threads and load average.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -28,8 +30,10 @@ from typing import Callable
 
 import torch
 
+import metacog_fast.models.dreamer as dreamer_module
 from metacog_fast.models.dreamer import Dreamer, DreamerConfig
 from metacog_fast.models.dreamerv3_reference import ReferenceConfig, ReferenceDreamer
+from metacog_fast.ops.rssm import naive
 
 B, T, O, A, H = 16, 64, 59, 4, 15
 ROUNDS = int(os.environ.get("METACOG_BENCH_DREAMER_ROUNDS", "3"))
@@ -44,6 +48,19 @@ OURS = {
     "dreamer_bf16": dict(muse=False, precision="bfloat16"),
     "muse_bf16": dict(muse=True, precision="bfloat16"),
 }
+NAIVE_OPS = ("dreamer_fp32_naive_ops", "dreamer_bf16_naive_ops")
+"""Ours on the readable RSSM functions of ops/rssm/naive.py instead of the fused train ops: the
+fp32 one is the training step as it was before this benchmark (what the fused ops and bf16 bought)."""
+
+
+@contextlib.contextmanager
+def _naive_ops():
+    saved = dreamer_module.fused
+    dreamer_module.fused = naive
+    try:
+        yield
+    finally:
+        dreamer_module.fused = saved
 
 
 def _data(seed: int = 0) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -83,15 +100,23 @@ def _our_update(model: Dreamer, batch) -> tuple[float, float]:
     return _timed(lambda: model.train_world_model(batch)[:2], lambda hz: model.train_actor_critic(*hz))
 
 
+def _with_naive_ops(model: Dreamer, batch) -> tuple[float, float]:
+    with _naive_ops():
+        return _our_update(model, batch)
+
+
 def test_dreamer_update_vs_reference(benchmark, torch_threads):
     torch_threads(THREADS)
     torch.manual_seed(0)
     anchor_data, our_batch = _data()
     anchor = ReferenceDreamer(ReferenceConfig(obs_dim=O, action_dim=A, horizon=H))
     ours = {name: _ours(**kw) for name, kw in OURS.items()}
+    ours |= {name: _ours(muse=False, precision="float32" if "fp32" in name else "bfloat16") for name in NAIVE_OPS}
     sides: dict[str, Callable[[], tuple[float, float]]] = {"anchor": lambda: _anchor_update(anchor, anchor_data)}
     for name, m in ours.items():
         sides[name] = (lambda m=m: _our_update(m, our_batch))
+    for name in NAIVE_OPS:
+        sides[name] = (lambda m=ours[name]: _with_naive_ops(m, our_batch))
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
 
     def run() -> None:
@@ -127,5 +152,5 @@ def test_dreamer_update_vs_reference(benchmark, torch_threads):
             info[name]["world_model_ratio"] = info["anchor"]["world_model_s"] / info[name]["world_model_s"]
             info[name]["actor_critic_ratio"] = info["anchor"]["actor_critic_s"] / info[name]["actor_critic_s"]
     benchmark.extra_info.update(info)
-    for name in OURS:
+    for name in ours:
         assert info[name]["s_per_update"] > 0
