@@ -147,9 +147,14 @@ def reaggregate(out_dir: str, configs: tuple[str, ...] = DEFAULT_ABLATION) -> di
 
 
 def _write_ablation(out_dir: str, doc: dict[str, Any]) -> None:
+    """ablation.json and ablation.md, both with the rates' Wilson intervals and every pair of
+    configurations compared, paired by seed (:func:`metacog_fast.sim.evaluation.ablation_statistics`)."""
+    from metacog_fast.sim.evaluation import ablation_statistics, ablation_statistics_markdown
+
+    doc["statistics"] = ablation_statistics(doc["runs_detail"])
     write_json(os.path.join(out_dir, "ablation.json"), doc)
     with atomic_open(os.path.join(out_dir, "ablation.md"), "w") as f:
-        f.write(markdown_table(doc))
+        f.write(markdown_table(doc) + ablation_statistics_markdown(doc["statistics"]))
 
 
 def summary_key(name: str, r: int) -> str:
