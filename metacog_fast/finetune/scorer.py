@@ -105,8 +105,10 @@ def _new_scorer(cfg: ScorerFitConfig, encoder: Any = None) -> Any:
     return TrajectoryScorer(ScorerConfig(epochs=cfg.epochs, chunk_size=cfg.chunk_size, seed=cfg.seed), encoder=encoder)
 
 
-def crossval(records: Sequence[dict[str, Any]], cfg: ScorerFitConfig) -> dict[str, Any]:
-    """Held-out scores of every chunk, split by game into ``cfg.folds`` folds, and their AUROC2s."""
+def crossval(records: Sequence[dict[str, Any]], cfg: ScorerFitConfig, embedded: tuple | None = None,
+             encoder: Any = None) -> dict[str, Any]:
+    """Held-out scores of every chunk, split by game into ``cfg.folds`` folds, and their AUROC2s.
+    ``embedded``: the chunks' ``embed_examples`` output if the caller has it (with its ``encoder``)."""
     from metacog_fast.metrics.clustered import auroc2_clustered, auroc2_within_types
     from metacog_fast.metrics.type2 import metacognitive_accuracy
 
@@ -117,8 +119,11 @@ def crossval(records: Sequence[dict[str, Any]], cfg: ScorerFitConfig) -> dict[st
         raise ValueError("records: no episode has any (action, observation) pair")
     owner_a = np.asarray(owner)
     fold = np.asarray([_fold_of(records[i]["game"], cfg.folds, cfg.seed) for i in owner])
-    probe = _new_scorer(cfg)
-    task, traj, y = probe.embed_examples(ex)  # embed once; every fold's head trains on slices
+    if embedded is None:
+        probe = _new_scorer(cfg, encoder=encoder)
+        encoder = probe.encoder
+        embedded = probe.embed_examples(ex)
+    task, traj, y = embedded  # embedded once; every fold's head trains on slices
     scores = np.full(len(ex), np.nan, np.float32)
     for f in range(cfg.folds):
         test = fold == f
@@ -127,7 +132,7 @@ def crossval(records: Sequence[dict[str, Any]], cfg: ScorerFitConfig) -> dict[st
             continue
         if len(np.unique(y[train])) < 2:
             raise ValueError(f"records: fold {f}'s training games are all {'won' if y[train][0] else 'lost'}")
-        s = _new_scorer(cfg, encoder=probe.encoder)
+        s = _new_scorer(cfg, encoder=encoder)
         s.fit_embeddings(task[train], traj[train], y[train])
         scores[test] = s.score_embeddings(task[test], traj[test])
     eps = [f"{records[i]['source']}|{records[i]['game']}|{records[i].get('phase', '')}_{records[i].get('k', 0)}"
@@ -175,10 +180,11 @@ def fit_scorer(records: Sequence[dict[str, Any]], out: str | Path, cfg: ScorerFi
     if labels != {0.0, 1.0}:
         raise ValueError(f"records: need won and lost episodes, got only {'won' if 1.0 in labels else 'lost'} ones")
     report: dict[str, Any] = {"config": asdict(cfg)}
-    if check:
-        report["crossval"] = crossval(records, cfg)
     s = _new_scorer(cfg)
-    losses = s.fit(ex)
+    embedded = s.embed_examples(ex)  # once, for the cross-validation and the final fit
+    if check:
+        report["crossval"] = crossval(records, cfg, embedded, s.encoder)
+    losses = s.fit_embeddings(*embedded)
     folder = s.save(out, include_replay=False)
     games = sorted({r["game"] for r in records})
     report.update({
