@@ -1,5 +1,6 @@
-"""``metacog finetune data|sft|export|eval|compare|reflections|dpo|scorer``: pre-deployment fine-tuning
-of the ALFWorld actor (SFT) and of the reflector (DPO).
+"""``metacog finetune data|sft|export|eval|compare|reflections|dpo|scorer|swift-eval``: pre-deployment
+fine-tuning of the ALFWorld actor (SFT), of the ScienceWorld Swift (SFT on gold paths,
+``data --env scienceworld``, ``swift-eval``) and of the reflector (DPO).
 
 Flags are generated from the configuration dataclasses of :mod:`metacog_fast.finetune`
 (:mod:`metacog_fast.cli.dataclass_args`); folders to read and write are plain arguments.
@@ -7,16 +8,76 @@ Flags are generated from the configuration dataclasses of :mod:`metacog_fast.fin
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
-from metacog_fast.cli.dataclass_args import Flags, add_config_flags, config_from_args
+from metacog_fast.cli.dataclass_args import ConfigError, Flags, add_config_flags, config_from_args, field_default
+
+ENVS = ("alfworld", "scienceworld")
+_SHARED_DATA_FIELDS = ("split", "workers")
+"""Fields of both data configurations: one flag each, read by whichever ``--env`` is chosen."""
+
+
+def _parse_tasks(text: str) -> list[int]:
+    from metacog_fast.agents.scienceworld.runner import parse_tasks
+
+    return parse_tasks(text)
+
+
+_TASK_RANGES: dict = {"parsers": {"tasks": _parse_tasks}, "shown": {"tasks": "0-29"}}
+
+
+def _data_flags() -> tuple[Flags, Flags]:
+    """(ALFWorld DataConfig flags, ScienceWorld-only flags) of ``metacog finetune data``."""
+    from metacog_fast.finetune.data import DataConfig
+    from metacog_fast.finetune.scienceworld_data import ScienceWorldDataConfig
+
+    # validate=False: which configuration is validated depends on --env (see _data)
+    return (Flags(DataConfig, validate=False),
+            Flags(ScienceWorldDataConfig, skip=_SHARED_DATA_FIELDS, validate=False, **_TASK_RANGES))
+
+
+def _given(spec: Flags, a: argparse.Namespace, skip: tuple[str, ...] = ()) -> list[str]:
+    """Flags of ``spec`` whose value differs from the dataclass default (those the user set)."""
+    return [spec.flag(f.name) for f in spec.fields()
+            if f.name not in skip and getattr(a, spec.dest(f.name)) != field_default(f)]
+
+
+def _checked(cfg: object) -> object:
+    """``cfg.validate()``, its ValueError turned into a ConfigError naming the flag."""
+    try:
+        return cfg.validate()  # type: ignore[attr-defined]
+    except ValueError as e:
+        name, _, rest = str(e).partition(":")
+        raise ConfigError(f"--{name.replace('_', '-')} ({name}):{rest}" if rest else str(e)) from None
 
 
 def _data(a: argparse.Namespace) -> int:
-    from metacog_fast.finetune.data import DataConfig, build_dataset
+    from metacog_fast.finetune.data import build_dataset
+    from metacog_fast.finetune.scienceworld_data import build_scienceworld_dataset
 
-    manifest = build_dataset(a.out, config_from_args(Flags(DataConfig), a), a.games_dir)
+    alf, sw = _data_flags()
+    if a.env == "scienceworld":
+        other = _given(alf, a, _SHARED_DATA_FIELDS) + (["--games-dir"] if a.games_dir is not None else [])
+        if other:
+            raise ConfigError(f"--env scienceworld: {', '.join(other)} belong to --env alfworld")
+        cfg = _checked(dataclasses.replace(config_from_args(sw, a), split=a.split, workers=a.workers))
+        manifest = build_scienceworld_dataset(a.out, cfg)
+        print(json.dumps({k: v for k, v in manifest.items() if k != "variations"}))
+        return 0
+    other = _given(sw, a)
+    if other:
+        raise ConfigError(f"--env alfworld: {', '.join(other)} belong to --env scienceworld")
+    manifest = build_dataset(a.out, _checked(config_from_args(alf, a)), a.games_dir)
     print(json.dumps({k: v for k, v in manifest.items() if k != "games"}))
+    return 0
+
+
+def _swift_eval(a: argparse.Namespace) -> int:
+    from metacog_fast.finetune.scienceworld_eval import SwiftAgreementConfig, agreement_markdown, evaluate_swift_agreement
+
+    summary = evaluate_swift_agreement(a.out, config_from_args(Flags(SwiftAgreementConfig, **_TASK_RANGES), a))
+    print(agreement_markdown(summary))
     return 0
 
 
@@ -77,14 +138,18 @@ def _scorer(a: argparse.Namespace) -> int:
 
 def attach(p: argparse.ArgumentParser) -> None:
     """Fills ``metacog finetune`` (:mod:`metacog_fast.cli.commands`)."""
-    from metacog_fast.finetune.data import DataConfig
-
-    sub = p.add_subparsers(dest="finetune_cmd", required=True, metavar="{data,sft,export,eval,compare,reflections,dpo,scorer}")
-    d = sub.add_parser("data", help="play expert walkthroughs (and add our agents' wins) into an SFT dataset")
+    sub = p.add_subparsers(dest="finetune_cmd", required=True,
+                           metavar="{data,sft,export,eval,compare,reflections,dpo,scorer,swift-eval}")
+    d = sub.add_parser("data", help="play expert walkthroughs (and add our agents' wins) into an SFT dataset; "
+                                    "--env scienceworld: gold paths of train variations for the Swift")
     d.add_argument("--out", required=True, help="dataset folder (resumed when it exists)")
+    d.add_argument("--env", choices=ENVS, default="alfworld",
+                   help="alfworld: the actor's walkthrough transcripts; scienceworld: one example per gold step, "
+                        "the LLM Swift's prompt and the gold option (default alfworld)")
     d.add_argument("--games-dir", default=None,
-                   help="folder of played walkthroughs, shareable between datasets (default OUT/games)")
-    add_config_flags(d, Flags(DataConfig))
+                   help="folder of played walkthroughs, shareable between datasets (default OUT/games; alfworld)")
+    for spec in _data_flags():
+        add_config_flags(d, spec)
     d.set_defaults(func=_data)
     from metacog_fast.finetune.sft import SFTConfig
 
@@ -131,3 +196,10 @@ def attach(p: argparse.ArgumentParser) -> None:
     m.add_argument("--out", required=True, help="scorer folder (head.safetensors, config.json, scorer.json)")
     add_config_flags(m, Flags(ScorerFitConfig))
     m.set_defaults(func=_scorer)
+    from metacog_fast.finetune.scienceworld_eval import SwiftAgreementConfig
+
+    w = sub.add_parser("swift-eval", help="ScienceWorld Swift agreement: top-1 agreement with the expert on held-out "
+                                          "dev gold steps of the ranker and of LLMs as the LLM Swift (Wilson intervals)")
+    w.add_argument("--out", required=True, help="evaluation folder (resumed when it exists): agreement.json")
+    add_config_flags(w, Flags(SwiftAgreementConfig, **_TASK_RANGES))
+    w.set_defaults(func=_swift_eval)

@@ -33,6 +33,10 @@ from metacog_fast.agents.alfworld.store import read_json, write_json_atomic
 from metacog_fast.envs.alfworld_env import SPLITS, TASK_TYPES
 
 SOURCES = ("alfworld_expert", "agent_episodes")
+"""The ALFWorld sources (the default of ``SFTConfig.sources``)."""
+TRAIN_SOURCES = SOURCES + ("scienceworld_gold",)
+"""Every source SFT can train on: the ALFWorld ones and ScienceWorld gold paths
+(:mod:`metacog_fast.finetune.scienceworld_data`)."""
 HELD_OUT_SPLITS = ("valid_unseen",)
 """Splits that never feed training (final measurement only)."""
 
@@ -42,7 +46,8 @@ class DataConfig:
     """What goes into an SFT dataset."""
 
     split: str = "train"
-    """ALFWorld split whose expert walkthroughs are played."""
+    """ALFWorld split whose expert walkthroughs are played (``--env scienceworld``: the ScienceWorld
+    variation split, train only)."""
     data: str | None = None
     """ALFWorld data folder (None: the environment's default lookup)."""
     max_games: int | None = None
@@ -53,7 +58,7 @@ class DataConfig:
     episode_splits: tuple[str, ...] = ("valid_seen",)
     """Only agent episodes of games from these splits are taken (pre-deployment games)."""
     workers: int = 1
-    """Processes playing walkthroughs (each its own environment)."""
+    """Processes playing walkthroughs or gold paths (each its own environment)."""
 
     def validate(self) -> "DataConfig":
         if self.split not in SPLITS or self.split in HELD_OUT_SPLITS:
@@ -251,11 +256,11 @@ def load_dataset(folder: str | Path) -> list[dict[str, Any]]:
 
 
 def iter_sources(examples: Iterable[dict[str, Any]], sources: Sequence[str]) -> list[dict[str, Any]]:
-    bad = [s for s in sources if s not in SOURCES]
+    bad = [s for s in sources if s not in TRAIN_SOURCES]
     if bad:
-        raise ValueError(f"sources: unknown {bad}; expected some of {SOURCES}")
+        raise ValueError(f"sources: unknown {bad}; expected some of {TRAIN_SOURCES}")
     return [e for e in examples if e["source"] in sources]
 
 
-__all__ = ["DataConfig", "SOURCES", "build_dataset", "load_dataset", "play_walkthrough", "select_walkthrough_games",
+__all__ = ["DataConfig", "SOURCES", "TRAIN_SOURCES", "build_dataset", "load_dataset", "play_walkthrough", "select_walkthrough_games",
            "iter_sources"]

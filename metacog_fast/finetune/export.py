@@ -232,6 +232,9 @@ def export_gguf(run_dir: str | Path, out_dir: str | Path, cfg: ExportConfig) -> 
         "export": asdict(cfg),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    if "scienceworld_gold" in sft.get("sources", ()):
+        # the ScienceWorld Swift's prompt (agents.scienceworld.swift.swift_prompt), not the ALFWorld actor's
+        model["prompt"]["swift"] = "scienceworld"
     if model["training"]["facts"]:
         model["training"]["facts"].pop("config", None)
     write_json_atomic(out / "model.json", model)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from metacog_fast.agents.alfworld.store import read_json, write_json_atomic
-from metacog_fast.finetune.data import SOURCES, iter_sources, load_dataset
+from metacog_fast.finetune.data import SOURCES, TRAIN_SOURCES, iter_sources, load_dataset
 from metacog_fast.finetune.transcripts import LOSS_MODES, actor_transcript
 
 METHODS = ("lora", "full")
@@ -46,7 +46,8 @@ class SFTConfig:
     loss: str = "actions"
     """"actions" (the commands only) or "actions+observations" (also the world-model part)."""
     sources: tuple[str, ...] = SOURCES
-    """Dataset sources trained on (alfworld_expert, agent_episodes)."""
+    """Dataset sources trained on (alfworld_expert, agent_episodes; scienceworld_gold for the
+    ScienceWorld Swift)."""
     examples: int = 0
     """Few-shot examples in each transcript's prompt; the agent must use the same count."""
     max_examples: int | None = None
@@ -85,9 +86,9 @@ class SFTConfig:
                               ("logits", LOGITS), ("device", DEVICES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {getattr(self, name)!r}")
-        bad = [s for s in self.sources if s not in SOURCES]
+        bad = [s for s in self.sources if s not in TRAIN_SOURCES]
         if bad or not self.sources:
-            raise ValueError(f"sources: expected some of {SOURCES}, got {list(self.sources)}")
+            raise ValueError(f"sources: expected some of {TRAIN_SOURCES}, got {list(self.sources)}")
         for name in ("lora_r", "lora_alpha", "batch_size", "micro_batch_size", "max_length", "save_steps"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
@@ -122,11 +123,31 @@ def token_labels(tokenizer: Any, text: str, spans: Sequence[tuple[int, int]], ma
     return ids, labels
 
 
+def decision_labels(tokenizer: Any, example: dict[str, Any], loss: str, max_length: int
+                    ) -> tuple[list[int], list[int]]:
+    """(input_ids, labels) of a one-decision example (``prompt`` + ``completion``, e.g. the
+    ScienceWorld Swift's): prompt and completion are tokenised apart and concatenated, as the
+    llama.cpp backend's ``choose`` scores an option after a prompt, and only the completion's
+    tokens are labelled. The prompt is cut from the left when the whole exceeds ``max_length``."""
+    if loss != "actions":
+        raise ValueError(f"loss: {example.get('source')} examples are single decisions with no observation to "
+                         f"predict; expected 'actions', got {loss!r}")
+    p = list(tokenizer(example["prompt"], add_special_tokens=False)["input_ids"])
+    c = list(tokenizer(example["completion"], add_special_tokens=False)["input_ids"])
+    if not c:
+        raise ValueError(f"dataset: example {example.get('id')} has an empty completion")
+    c = c[:max_length]
+    p = p[len(p) - (max_length - len(c)):] if len(p) + len(c) > max_length else p
+    return p + c, [-100] * len(p) + c
+
+
 def select_examples(examples: list[dict[str, Any]], cfg: SFTConfig) -> list[dict[str, Any]]:
     """The sources asked for, a seeded shuffle, then the ``max_examples`` budget."""
     ex = iter_sources(examples, cfg.sources)
     if not ex:
-        raise ValueError(f"sources: the dataset has no examples of {list(cfg.sources)}")
+        have = sorted({e.get("source") for e in examples})
+        raise ValueError(f"sources: the dataset has no examples of {list(cfg.sources)}; it holds {have} "
+                         f"(e.g. --sources {','.join(have)})")
     ex = sorted(ex, key=lambda e: e["id"])
     random.Random(cfg.seed).shuffle(ex)
     return ex[: cfg.max_examples] if cfg.max_examples else ex
@@ -137,9 +158,12 @@ def build_rows(tokenizer: Any, examples: list[dict[str, Any]], cfg: SFTConfig,
     """Tokenised rows {input_ids, labels, id} of the selected examples, within the token budget."""
     rows, total = [], 0
     for e in examples:
-        shots = (few_shot or {}).get(e["task_type"], [])[: cfg.examples]
-        t = actor_transcript(e["intro"], e["pairs"], shots)
-        ids, labels = token_labels(tokenizer, t.text, t.loss_spans(cfg.loss), cfg.max_length)
+        if "prompt" in e:
+            ids, labels = decision_labels(tokenizer, e, cfg.loss, cfg.max_length)
+        else:
+            shots = (few_shot or {}).get(e["task_type"], [])[: cfg.examples]
+            t = actor_transcript(e["intro"], e["pairs"], shots)
+            ids, labels = token_labels(tokenizer, t.text, t.loss_spans(cfg.loss), cfg.max_length)
         if cfg.max_tokens is not None and total + len(ids) > cfg.max_tokens and rows:
             break
         total += len(ids)

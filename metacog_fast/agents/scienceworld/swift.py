@@ -265,25 +265,52 @@ def lexical_scores(cache: FeatureCache, s: SwiftState) -> np.ndarray:
     return z
 
 
+def swift_prompt(s: SwiftState) -> str:
+    """The text the LLM Swift continues with one of its options (:func:`swift_option`) at state ``s``;
+    the ScienceWorld SFT dataset (``metacog_fast.finetune.scienceworld_data``) trains on exactly it."""
+    return (f"You are solving a science task in a text world.\nTask: {s.task.strip()[:400]}\n"
+            f"Last action: {s.last_action or 'none'}\nObservation: {s.observation.strip()[:300]}\n"
+            "Next action:")
+
+
+def swift_option(action: str) -> str:
+    """The continuation of :func:`swift_prompt` whose log-likelihood scores ``action``."""
+    return " " + action
+
+
+PREFILTERS = ("lexical", "ranker")
+
+
 class LLMSwift:
-    """Swift as the LLM with constrained choice over a lexical top-k of the valid actions."""
+    """Swift as the LLM with constrained choice over a top-k of the valid actions: the lexical
+    prefilter (default) or, when ``ranker`` is given, the learned ranker's top-k."""
 
     name = "llm"
 
-    def __init__(self, llm: LLM, k: int = 8) -> None:
+    def __init__(self, llm: LLM, k: int = 8, ranker: RankerSwift | None = None) -> None:
+        if not isinstance(k, int) or k < 1:
+            raise ValueError(f"k: expected an int >= 1, got {k!r}")
         self.llm = llm
         self.k = k
+        self.ranker = ranker
         self.cache = FeatureCache()
 
+    @property
+    def prefilter(self) -> str:
+        """Which candidates the LLM chooses among: "lexical" or "ranker"."""
+        return "lexical" if self.ranker is None else "ranker"
+
     def candidates(self, s: SwiftState, k: int) -> list[str]:
+        if self.ranker is not None:
+            return self.ranker.candidates(s, k)
         z = lexical_scores(self.cache, s)
         k = min(k, len(z))
         top = np.argpartition(-z, k - 1)[:k]
         return [s.valid[i] for i in top[np.argsort(-z[top], kind="stable")]]
 
+    def prompt(self, s: SwiftState) -> str:
+        return swift_prompt(s)
+
     def propose(self, s: SwiftState) -> str:
         opts = self.candidates(s, self.k)
-        prompt = (f"You are solving a science task in a text world.\nTask: {s.task.strip()[:400]}\n"
-                  f"Last action: {s.last_action or 'none'}\nObservation: {s.observation.strip()[:300]}\n"
-                  "Next action:")
-        return opts[self.llm.choose(prompt, [" " + a for a in opts]).index]
+        return opts[self.llm.choose(self.prompt(s), [swift_option(a) for a in opts]).index]

@@ -3,6 +3,10 @@
 Held-out = train variations the ranker was not trained on (index ``skip`` onwards), so the
 comparison is imitation accuracy of the learned ranker vs the LLM's constrained choice.
 ``metacog report scienceworld-swift RUN --tasks 0,3 --out F``.
+
+:func:`dev_gold` and :func:`top1_agreement` measure any number of proposers on gold steps of
+``dev`` variations (never a training source), with Wilson intervals; the fine-tuned Swift is
+measured that way (``metacog finetune swift-eval``, :mod:`metacog_fast.finetune.scienceworld_eval`).
 """
 from __future__ import annotations
 
@@ -26,6 +30,58 @@ def heldout_gold(tasks: list[int], skip: int = 1) -> list[GoldExample]:
             out.extend(walk_gold(env, vs[skip % len(vs)]))
         finally:
             env.close()
+    return out
+
+
+def dev_gold(tasks: list[int], variations: int = 1, steps_per_task: int | None = None, seed: int = 0
+             ) -> list[tuple[str, int, GoldExample]]:
+    """(task name, variation, gold step) of the first ``variations`` dev variations of each task,
+    walked in the simulator; at most ``steps_per_task`` steps per task (a seeded sample, kept in
+    path order), so that every task weighs the same."""
+    import random
+
+    from metacog_fast.agents.scienceworld.runner import SIMULATOR_STEP_LIMIT, walk_gold
+    from metacog_fast.envs import make_env
+
+    out: list[tuple[str, int, GoldExample]] = []
+    for task in tasks:
+        env = make_env("scienceworld", task=task, split="dev", step_limit=SIMULATOR_STEP_LIMIT)
+        try:
+            steps = [(env.task, v, ex) for v in env.variations[:variations] for ex in walk_gold(env, v)]
+        finally:
+            env.close()
+        if steps_per_task is not None and len(steps) > steps_per_task:
+            keep = sorted(random.Random(f"{seed}/{task}").sample(range(len(steps)), steps_per_task))
+            steps = [steps[i] for i in keep]
+        out.extend(steps)
+    return out
+
+
+def top1_agreement(examples: list[GoldExample], proposers: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per proposer (anything with ``propose(SwiftState) -> str``): the proposals, top-1 agreement
+    with the gold action (Wilson 95 % interval), milliseconds per proposal and, for a proposer with
+    ``candidates``/``k`` (the LLM Swift), how often the gold action was among its options."""
+    from metacog_fast.metrics import rate_with_interval
+
+    if not examples:
+        raise ValueError("examples: no held-out gold steps")
+    out: dict[str, dict[str, Any]] = {}
+    for name, sw in proposers.items():
+        hits, inside, picks, secs = [], [], [], 0.0
+        for ex in examples:
+            s = SwiftState(ex.task, ex.observation, ex.last_action, ex.valid, ex.executed)
+            t0 = time.perf_counter()
+            a = sw.propose(s)
+            secs += time.perf_counter() - t0
+            picks.append(a)
+            hits.append(a == ex.gold)
+            if hasattr(sw, "k"):
+                inside.append(ex.gold in sw.candidates(s, sw.k))
+        res: dict[str, Any] = {"top1": rate_with_interval(hits), "ms_per_step": 1000 * secs / len(examples),
+                               "proposals": picks, "hits": hits}
+        if inside:
+            res["gold_in_options"] = rate_with_interval(inside)
+        out[name] = res
     return out
 
 
