@@ -92,16 +92,12 @@ def load_checkpoint(stem: str | os.PathLike, cfg: ProtocolConfig | None = None,
     """Rebuild the model (and its optimiser state) from a checkpoint. ``cfg`` overrides the saved
     config's non-model fields (the model sizes always come from the checkpoint)."""
     saved, doc = read_config(stem)
-    st_path = Path(stem).with_suffix(".safetensors")
-    if not st_path.exists():
-        raise ValueError(f"checkpoint: tensor file {st_path} is missing")
-    if doc.get("sha256") and _digest(st_path) != doc["sha256"]:
-        raise ValueError(f"checkpoint: {st_path} does not match the digest in its JSON (partial write?)")
     use = cfg if cfg is not None else saved
     mcfg = saved.model
     mcfg.muse = use.model.muse
     model = Dreamer(mcfg)
-    tensors = load_file(str(st_path))
+    tensors = read_tensors(stem, doc)
+    st_path = Path(stem).with_suffix(".safetensors")
     sd = {k: v for k, v in tensors.items() if not k.startswith("opt.")}
     missing, unexpected = model.load_state_dict(sd, strict=False)
     if missing or unexpected:
@@ -109,6 +105,17 @@ def load_checkpoint(stem: str | os.PathLike, cfg: ProtocolConfig | None = None,
     if optimizer:
         model.load_optimizer_tensors({k[4:]: v for k, v in tensors.items() if k.startswith("opt.")})
     return model, use, doc.get("meta", {})
+
+
+def read_tensors(stem: str | os.PathLike, doc: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The tensors of ``stem.safetensors``, checked against the digest its JSON ``doc`` names.
+    ValueError when the file is missing or does not match (a partial write)."""
+    st_path = Path(stem).with_suffix(".safetensors")
+    if not st_path.exists():
+        raise ValueError(f"checkpoint: tensor file {st_path} is missing")
+    if doc.get("sha256") and _digest(st_path) != doc["sha256"]:
+        raise ValueError(f"checkpoint: {st_path} does not match the digest in its JSON (partial write?)")
+    return load_file(str(st_path))
 
 
 def rng_state(rng: np.random.Generator) -> dict[str, Any]:
