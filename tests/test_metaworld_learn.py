@@ -1,0 +1,271 @@
+"""Single-task Dreamer-v3 learning runs (metacog_fast.train.learn*): config round trip, the CLI flags,
+bad input naming the argument, evaluation records, the published-curve loader, the report, and a
+run killed with SIGKILL that resumes to the same records as an uninterrupted run."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from metacog_fast.cli.dataclass_args import ConfigError
+from metacog_fast.metrics import wilson_interval
+from metacog_fast.train.learn_config import LearnConfig, LearnJob, LearnModelConfig, SNAPSHOT_IGNORE
+from metacog_fast.train.learn_eval import EvalEpisode, evaluation_record
+from metacog_fast.train.published import load_published
+
+pytest.importorskip("metaworld")
+
+REPO = Path(__file__).resolve().parents[1]
+PUBLISHED = REPO / "results" / "metaworld" / "published" / "dreamerv3"
+
+TINY_FLAGS = [
+    "--task", "drawer-close-v3", "--max-episode-steps", "20", "--prefill-steps", "40", "--pretrain-updates", "2",
+    "--batch", "2", "--seq-len", "8", "--ac-starts", "8", "--eval-every", "40", "--eval-episodes", "2",
+    "--checkpoint-every", "1", "--train-ratio", "32", "--model-preset", "none", "--model-D", "16",
+    "--model-Hd", "16", "--model-S", "4", "--model-C", "4", "--model-layers", "1", "--model-horizon", "4",
+    "--model-wm-lr", "1e-3", "--model-ac-lr", "1e-3",
+]
+
+
+def tiny(**kw) -> LearnConfig:
+    model = LearnModelConfig(preset=None, D=16, Hd=16, S=4, C=4, layers=1, horizon=4, wm_lr=1e-3, ac_lr=1e-3)
+    base = dict(task="drawer-close-v3", env_steps=120, max_episode_steps=20, prefill_steps=40, pretrain_updates=2,
+                train_ratio=32.0, batch=2, seq_len=8, ac_starts=8, eval_every=40, eval_episodes=2,
+                checkpoint_every=1, model=model)
+    base.update(kw)
+    return LearnConfig(**base)
+
+
+def _parse(argv: list[str]):
+    from metacog_fast.cli.main import build_parser
+    from metacog_fast.cli.train import learn_configs
+
+    return learn_configs(build_parser(load="train").parse_args(["train", "learn", *argv]))
+
+
+def _without_timing(recs: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "timing"} for r in recs]
+
+
+# --- configuration --------------------------------------------------------------------------------
+
+def test_config_round_trips_through_json():
+    cfg = tiny(seed=3, ac_starts=None)
+    back = LearnConfig.from_dict(json.loads(cfg.to_json()))
+    assert back == cfg
+    assert back.model.precision == "bfloat16" and back.model.muse is False
+    assert back.agent == "dreamer"
+    assert cfg.updates_per_step() == pytest.approx(32 / 16)
+
+
+@pytest.mark.parametrize("kw, name", [
+    ({"task": "no-such-task"}, "task"),
+    ({"eval_every": 30}, "eval_every"),
+    ({"batch": 0}, "batch"),
+    ({"train_ratio": 0.0}, "train_ratio"),
+    ({"seq_len": 50}, "seq_len"),
+    ({"max_episode_steps": 501, "eval_every": 501}, "max_episode_steps"),
+    ({"prefill_steps": -1}, "prefill_steps"),
+    ({"ac_starts": 0}, "ac_starts"),
+])
+def test_bad_config_values_name_the_field(kw, name):
+    with pytest.raises(ValueError, match=rf"^{name}:"):
+        tiny(**kw)
+
+
+def test_bad_model_precision_and_unknown_keys_are_named():
+    with pytest.raises(ValueError, match="model.precision"):
+        tiny(model=LearnModelConfig(precision="float16"))
+    d = tiny().to_dict()
+    d["replay_ratio"] = 3
+    with pytest.raises(ValueError, match="unknown keys.*replay_ratio"):
+        LearnConfig.from_dict(d)
+    d = tiny().to_dict()
+    d["model"]["width"] = 3
+    with pytest.raises(ValueError, match=r"config.model: unknown keys.*width"):
+        LearnConfig.from_dict(d)
+
+
+def test_task_without_version_suffix_is_canonicalised():
+    assert tiny(task="drawer-close").task == "drawer-close-v3"
+
+
+# --- CLI ---------------------------------------------------------------------------------------------
+
+def test_cli_defaults_are_the_dataclass_defaults():
+    cfg, job = _parse([])
+    assert cfg == LearnConfig()
+    assert job == LearnJob()
+
+
+def test_cli_command_line_spells_the_config():
+    cfg, job = _parse(TINY_FLAGS + ["--seed", "5", "--env-steps", "200", "--model-precision", "float32",
+                                    "--run-dir", "/tmp/x", "--no-progress"])
+    want = replace(tiny(seed=5, env_steps=200), model=replace(tiny().model, precision="float32"))
+    want.validate()
+    assert cfg == want
+    assert job == LearnJob(run_dir="/tmp/x", progress=False)
+    cfg2, _ = _parse(["--ac-starts", "none"])
+    assert cfg2.ac_starts is None
+
+
+def test_cli_bad_values_name_the_flag(capsys):
+    with pytest.raises(SystemExit):
+        _parse(["--train-ratio", "lots"])
+    assert "--train-ratio" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _parse(["--model-precision", "float16"])
+    assert "--model-precision" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="--eval-every"):
+        _parse(["--eval-every", "1234"])
+    with pytest.raises(ConfigError, match="--task"):
+        _parse(["--task", "reach-v9"])
+
+
+def test_learn_commands_answer_help(capsys):
+    from metacog_fast.cli.main import main
+
+    for words in (["train", "learn"], ["train", "learn-all"], ["train", "learn-report"]):
+        with pytest.raises(SystemExit) as e:
+            main([*words, "--help"])
+        assert e.value.code == 0
+        assert "--" in capsys.readouterr().out
+
+
+# --- evaluation records -------------------------------------------------------------------------------
+
+def test_evaluation_record_rates_and_wilson_intervals():
+    eps = [EvalEpisode(i, float(i), success=i < 3, final_success=i < 1, t_success=5 if i < 3 else -1, steps=20)
+           for i in range(8)]
+    rec = evaluation_record(eps)
+    assert rec["n"] == 8
+    assert rec["success"]["successes"] == 3 and rec["success"]["rate"] == 3 / 8
+    assert (rec["success"]["low"], rec["success"]["high"]) == pytest.approx(wilson_interval(3, 8))
+    assert rec["final_success"]["successes"] == 1
+    assert (rec["final_success"]["low"], rec["final_success"]["high"]) == pytest.approx(wilson_interval(1, 8))
+    assert rec["return_mean"] == pytest.approx(3.5)
+    with pytest.raises(ValueError, match="episodes"):
+        evaluation_record([])
+
+
+# --- published curves --------------------------------------------------------------------------------
+
+def test_published_loader_reads_the_committed_files():
+    for task in ("reach-v3", "button-press-topdown-v3", "drawer-close-v3"):
+        c = load_published(task, PUBLISHED)
+        assert sorted(c.seeds) == [1, 2, 3]
+        assert 0 in c.steps() and 100_000 in c.steps()
+    c = load_published("button-press-topdown", PUBLISHED)
+    # the file's rows at 100k: seeds 3, 1, 2 -> 0.1, 0.9, 0.3
+    assert c.at(100_000) == {1: 0.9, 2: 0.3, 3: 0.1}
+    assert c.mean_at(100_000) == pytest.approx((0.9 + 0.3 + 0.1) / 3)
+    assert c.mean_at(123) is None
+
+
+def test_published_loader_errors_name_the_argument_or_file(tmp_path):
+    with pytest.raises(ValueError, match="^task: no published curve for 'peg-insert-side-v3'"):
+        load_published("peg-insert-side-v3", PUBLISHED)
+    with pytest.raises(ValueError, match="^task:"):
+        load_published("", PUBLISHED)
+    (tmp_path / "mw-reach.csv").write_text("steps,rate,seed\n0,0.0,1\n")
+    with pytest.raises(ValueError, match="mw-reach.csv: expected the header step,success,seed"):
+        load_published("reach-v3", tmp_path)
+    (tmp_path / "mw-reach.csv").write_text("step,success,seed\n0,0.0,1\n100,1.5,1\n")
+    with pytest.raises(ValueError, match=r"mw-reach.csv, line 3: expected step >= 0 and success in \[0, 1\]"):
+        load_published("reach-v3", tmp_path)
+    (tmp_path / "mw-reach.csv").write_text("step,success,seed\n0,zero,1\n")
+    with pytest.raises(ValueError, match="line 2: expected step,success,seed numbers"):
+        load_published("reach-v3", tmp_path)
+
+
+# --- runs -------------------------------------------------------------------------------------------------
+
+def test_run_in_pieces_equals_one_run_and_refuses_another_config(tmp_path):
+    from metacog_fast.train.learn import LearnRunner, read_learn_state
+    from metacog_fast.train.learn_records import read_curve
+
+    LearnRunner(tiny(), tmp_path / "one", progress=False).run()
+    LearnRunner(tiny(env_steps=60), tmp_path / "two", progress=False).run()
+    LearnRunner(tiny(), tmp_path / "two", progress=False).run()  # the same run, a larger target
+    a, b = read_curve(tmp_path / "one"), read_curve(tmp_path / "two")
+    assert [r["env_steps"] for r in a] == [0, 40, 80, 120]
+    assert _without_timing(a) == _without_timing(b)
+    st = read_learn_state(tmp_path / "two")
+    assert st["resumed"] == 1 and st["env_steps"] == 120 and st["episodes"] == 6
+    # updates: 2 after the prefill (40 steps), then 32 * 20 / 16 = 40 per episode for 4 episodes
+    assert st["updates"] == 2 + 4 * 40
+    assert a[-1]["updates"] == st["updates"]
+    assert "env_steps" in SNAPSHOT_IGNORE
+    with pytest.raises(ValueError, match="different configuration.*train_ratio"):
+        LearnRunner(tiny(train_ratio=64.0), tmp_path / "two", progress=False)
+    csv_rows = (tmp_path / "two" / "curve.csv").read_text().splitlines()
+    assert csv_rows[0].startswith("task,seed,env_steps") and len(csv_rows) == 5
+    train_rows = (tmp_path / "two" / "train_curve.csv").read_text().splitlines()
+    assert len(train_rows) == 7 and train_rows[1].endswith(",random") and train_rows[-1].endswith(",agent")
+
+
+def test_run_resumes_after_sigkill_with_the_same_records(tmp_path):
+    """A subprocess run SIGKILLed after its 80-step evaluation resumes to the records of an
+    uninterrupted run (training episodes, updates, evaluation outcomes, losses)."""
+    from metacog_fast.train.learn import LearnRunner, read_learn_state
+    from metacog_fast.train.learn_records import read_curve
+
+    killed = tmp_path / "killed"
+    argv = [sys.executable, "-m", "metacog_fast", "train", "learn", *TINY_FLAGS, "--env-steps", "160",
+            "--run-dir", str(killed), "--no-progress"]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    marker = killed / "evals" / "000000080.json"
+    deadline = time.time() + 240
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, f"run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "evals" / "000000160.json").exists()
+    rc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert rc.returncode == 0, rc.stderr[-3000:]
+    LearnRunner(tiny(env_steps=160), tmp_path / "straight", progress=False).run()
+    a, b = read_curve(killed), read_curve(tmp_path / "straight")
+    assert [r["env_steps"] for r in a] == [0, 40, 80, 120, 160]
+    assert _without_timing(a) == _without_timing(b)
+    assert read_learn_state(killed)["resumed"] >= 1
+    assert (killed / "train_curve.csv").read_text() == (tmp_path / "straight" / "train_curve.csv").read_text()
+
+
+def test_schedule_and_report(tmp_path):
+    from metacog_fast.train.learn_report import LearnReportConfig, learn_report
+    from metacog_fast.train.learn_schedule import LearnSchedule, run_schedule
+
+    sched = LearnSchedule(tasks=("drawer-close-v3",), seeds=(0, 1), stage_steps=40, run_root=str(tmp_path / "runs"),
+                          out_root=str(tmp_path / "curves"), progress=False)
+    states = run_schedule(sched, tiny(env_steps=80))
+    assert [s["env_steps"] for s in states] == [80, 80]
+    assert (tmp_path / "curves" / "drawer-close-v3" / "seed1" / "train_curve.csv").exists()
+    doc = learn_report(LearnReportConfig(runs=str(tmp_path / "curves"), published=str(PUBLISHED),
+                                         out=str(tmp_path / "out"), xmax=100))
+    assert (tmp_path / "out" / "learning_curves.png").stat().st_size > 1000
+    task = doc["tasks"][0]
+    assert task["task"] == "drawer-close-v3" and sorted(task["seeds"]) == ["0", "1"]
+    assert [m["env_steps"] for m in task["mean"]] == [0, 40, 80]
+    for m in task["mean"]:
+        recs = [next(r for r in task["seeds"][s] if r["env_steps"] == m["env_steps"]) for s in ("0", "1")]
+        k = sum(r["final_success"]["successes"] for r in recs)
+        assert m["final_success"]["pooled_successes"] == k and m["final_success"]["pooled_n"] == 4
+        assert (m["final_success"]["low"], m["final_success"]["high"]) == pytest.approx(wilson_interval(k, 4))
+        assert m["final_success"]["mean_over_seeds"] == pytest.approx(np.mean([r["final_success"]["rate"] for r in recs]))
+    pub = load_published("drawer-close-v3", PUBLISHED)
+    assert task["at_equal_steps"] == [{"env_steps": 0, "ours": task["mean"][0]["final_success"]["mean_over_seeds"],
+                                       "ours_low": task["mean"][0]["final_success"]["low"],
+                                       "ours_high": task["mean"][0]["final_success"]["high"],
+                                       "published": pub.mean_at(0)}]
+    with pytest.raises(ValueError, match="^runs:"):
+        learn_report(LearnReportConfig(runs=str(tmp_path / "nothing")))
