@@ -269,3 +269,17 @@ def test_schedule_and_report(tmp_path):
                                        "published": pub.mean_at(0)}]
     with pytest.raises(ValueError, match="^runs:"):
         learn_report(LearnReportConfig(runs=str(tmp_path / "nothing")))
+
+
+def test_profile_times_both_precisions(tmp_path):
+    from metacog_fast.train.learn import LearnRunner
+    from metacog_fast.train.learn_profile import profile_env_steps, profile_updates
+    from metacog_fast.train.replay import ReplayBuffer
+
+    LearnRunner(tiny(env_steps=40), tmp_path / "r", progress=False).run()
+    replay = ReplayBuffer(tmp_path / "r" / "replay")
+    replay.load_dir()
+    out = profile_updates(tiny(), replay, rounds=1, updates=1)
+    assert out["bfloat16"]["seconds_per_update"] > 0 and out["float32"]["seconds_per_update"] > 0
+    assert out["bf16_speedup"] == pytest.approx(out["float32"]["seconds_per_update"] / out["bfloat16"]["seconds_per_update"])
+    assert profile_env_steps(tiny(), steps=30)["steps"] == 30
