@@ -322,7 +322,7 @@ class Simulation:
         opts: list[Action] = []
         m = a.mind
         if m.target and self.place_of(a.pos) != m.target:
-            opts.append(Action("continue", f"continue my plan: go to the {m.target}", m.target))
+            opts.append(Action("continue", f"keep going to the {m.target}", m.target))
         else:
             opts.append(Action("stay", "stay where I am"))
         threats = self._threats_near(a)

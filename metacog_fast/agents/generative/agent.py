@@ -52,6 +52,36 @@ class Features:
         return "+".join(on) if on else "none"
 
 
+CHOICES = ("text", "letter")
+
+
+class AgentLLM(Protocol):
+    """What an agent needs of its model (``metacog_fast.sim.llm_adapter.SimLLM`` provides it)."""
+
+    def choose(self, prompt: str, options: list[str], purpose: str,
+               cancel: threading.Event | None = None) -> int: ...
+
+    def choice(self, prompt: str, options: list[str], purpose: str,
+               cancel: threading.Event | None = None) -> Any: ...
+
+    def rate(self, prompt: str, purpose: str, cancel: threading.Event | None = None) -> int: ...
+
+    def text(self, prompt: str, purpose: str, max_tokens: int = 32, stop: list[str] | None = None,
+             cancel: threading.Event | None = None, temperature: float = 0.0, seed: int | None = None) -> str: ...
+
+
+def by_content(logprobs: list[float], options: list[str]) -> int:
+    """Index of the option with the highest log-likelihood per character of its words.
+
+    ``logprobs`` [N]: total log-likelihood of each continuation ``options`` [N]; the total favours
+    short options, the per-character mean does not (the length normalisation of multiple-choice
+    scoring)."""
+    if len(logprobs) != len(options) or not options:
+        raise ValueError(f"logprobs: expected one value per option ({len(options)}), got {len(logprobs)}")
+    per_char = [lp / max(1, len(o)) for lp, o in zip(logprobs, options)]
+    return max(range(len(options)), key=per_char.__getitem__)
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     """Settings of the generative agent."""
@@ -70,6 +100,15 @@ class AgentConfig:
     """Max tokens of one conversation line."""
     answer_tokens: int = 32
     """Max tokens of an introspective answer, reflection or interview answer."""
+    choice: str = "text"
+    """How the agent picks its action and its plan or strategy place: ``"text"`` scores each
+    option's own words as the continuation of the prompt, per character (a choice by content);
+    ``"letter"`` scores the letters of a lettered list (the original prompt). A 135M model's letter
+    choice is blind to content: it takes the same slot whatever the slot holds (docs/sim.md)."""
+
+    def __post_init__(self) -> None:
+        if self.choice not in CHOICES:
+            raise ValueError(f"choice: expected one of {', '.join(CHOICES)}, got {self.choice!r}")
 
 
 @dataclass(frozen=True)
@@ -197,9 +236,11 @@ class GenerativeAgent:
             opts = [o for o in opts if o.kind != "meta_cognize"]
         head = self.head(ctx.premise, mind)
         notes = ctx.notices + ([f"my plan: {mind.plan}"] if mind.plan else [])
-        i = llm.choose(P.action(head, self.name, ctx.clock, ctx.place, notes, ctx.memories,
-                                [o.label for o in opts]), P.letter_options(len(opts)), "action", cancel)
-        d.action = opts[i]
+        d.action = opts[self._pick(llm, "action", cancel, [o.label for o in opts],
+                                   lambda labels: P.action_text(head, self.name, ctx.clock, ctx.place, notes,
+                                                                ctx.memories, labels),
+                                   lambda labels: P.action(head, self.name, ctx.clock, ctx.place, notes,
+                                                           ctx.memories, labels))]
         if d.action.kind == "meta_cognize":
             if not d.metacognized:
                 self.meta_cognize(ctx, llm, mem, mind, d, cancel)
@@ -262,8 +303,9 @@ class GenerativeAgent:
         if s:
             mind.strategy = s.rstrip(".")
         places = self._shuffled(ctx, "strategy")
-        j = llm.choose(P.place_for(head, self.name, f"Strategy: {mind.strategy or 'none'}.", places),
-                       P.letter_options(len(places)), "meta", cancel)
+        purpose = f"Strategy: {mind.strategy or 'none'}."
+        j = self._pick(llm, "meta", cancel, places, lambda ps: P.place_for_text(head, self.name, purpose, ps),
+                       lambda ps: P.place_for(head, self.name, purpose, ps))
         mind.target = places[j]
         mind.plan = f"{mind.strategy or 'go'} (at the {mind.target})"
         d.events.append(("strategy", f"{mind.strategy or '(none)'} -> {mind.target}"))
@@ -283,12 +325,21 @@ class GenerativeAgent:
         head = self.head(ctx.premise, mind)
         text = llm.text(P.plan(head, self.name, ctx.memories[:4]), "plan", max_tokens=20, cancel=cancel)
         places = self._shuffled(ctx, "plan")
-        j = llm.choose(P.place_for(head, self.name, f"Plan: {text or 'none'}.", places),
-                       P.letter_options(len(places)), "plan", cancel)
+        purpose = f"Plan: {text or 'none'}."
+        j = self._pick(llm, "plan", cancel, places, lambda ps: P.place_for_text(head, self.name, purpose, ps),
+                       lambda ps: P.place_for(head, self.name, purpose, ps))
         mind.plan = text or f"go to the {places[j]}"
         mind.target = places[j]
         d.events.append(("plan", f"{mind.plan} -> {mind.target}"))
         d.memories.append(PendingMemory(self.name, f"{self.name} plans to {mind.plan}", "plan", ctx.place))
+
+    def _pick(self, llm: AgentLLM, purpose: str, cancel: threading.Event | None, options: list[str],
+              text_prompt: Any, letter_prompt: Any) -> int:
+        """Index of the chosen option, by its words or by its letter (``AgentConfig.choice``)."""
+        if self.config.choice == "letter":
+            return llm.choose(letter_prompt(options), P.letter_options(len(options)), purpose, cancel)
+        words = [f" {o}" for o in options]
+        return by_content(list(llm.choice(text_prompt(options), words, purpose, cancel).logprobs), words)
 
     def _shuffled(self, ctx: StepContext, what: str) -> list[str]:
         """Places in a per-(agent, step, purpose) seeded order: a small model's bias toward the

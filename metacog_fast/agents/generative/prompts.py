@@ -33,6 +33,18 @@ def action(head: str, name: str, clock: str, place: str, notices: list[str], mem
             f"The best option for {name} is option")
 
 
+def action_text(head: str, name: str, clock: str, place: str, notices: list[str], memories: list[str],
+                options: list[str]) -> str:
+    """The action prompt whose continuation is the chosen option's own words (see ``choose_text``)."""
+    return (f"{head}It is {clock}. {name} is at {place}.\n{name} notices:\n{bullets(notices)}\n"
+            f"{name} remembers:\n{bullets(memories)}\n{name} could:\n{bullets(options)}\n"
+            f"{name} decides to")
+
+
+def place_for_text(head: str, name: str, purpose: str, places: list[str]) -> str:
+    return f"{head}Places in town:\n{bullets(places)}\n{purpose}\nThe best place for {name} is the"
+
+
 def importance(name: str, text: str) -> str:
     return (f"On a scale of 1 to 10, where 1 is mundane (brushing teeth) and 10 is life-changing "
             f"(a break-up, danger of death), rate how important this memory is for {name}.\n"
