@@ -8,6 +8,7 @@ Flags come from :class:`~metacog_fast.agents.alfworld.config.RunConfig`,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 from metacog_fast.agents.alfworld.config import AGENT_NAMES, MAP_MODES, AgentConfig, PretrainConfig, RunConfig
@@ -61,10 +62,8 @@ def pretrain_cmd(a: argparse.Namespace) -> int:
     executor = config_from_args(EXECUTOR_FLAGS, a)
     from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT, pretrain
 
-    facts = pretrain(a.out, games=pc.tasks, episodes=pc.episodes, split=pc.split, data=run.data,
-                     expert_positives=pc.expert_positives, agent_config=agent, llm=run.llm, n_threads=run.n_threads,
-                     workers=run.workers, epochs=pc.epochs, fewshot=a.fewshot or DEFAULT_FEWSHOT,
-                     train_only=pc.train_only, n_ctx=run.n_ctx, executor=executor)
+    facts = pretrain(a.out, pc, dataclasses.replace(run, agent_config=agent), fewshot=a.fewshot or DEFAULT_FEWSHOT,
+                     executor=executor)
     print(json.dumps(facts))
     return 0
 

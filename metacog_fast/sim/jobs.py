@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from metacog_fast.agents.generative import AgentConfig, Features
 from metacog_fast.runs.config import ExecutorConfig
-from metacog_fast.sim.runner import DEFAULT_ABLATION, RunOptions
+from metacog_fast.sim.runner import AblationOptions, RunOptions
 
 
 @dataclass
@@ -21,26 +21,6 @@ class SimLLMOptions:
     """LLM URI (None: the embedded SmolLM2 via llama.cpp; or http://host:port/v1)."""
     llm_threads: int | None = None
     """Threads of the embedded model (None: llama.cpp's choice)."""
-
-
-@dataclass
-class AblationOptions:
-    """The module sets an ablation compares and how many runs each gets."""
-
-    configs: tuple[str, ...] = DEFAULT_ABLATION
-    """Module sets (``sim.runner.CONFIGS``): all, no_metacognition, memory_only, no_memory, none."""
-    runs: int = 3
-    """Runs per configuration (seeds seed .. seed+runs-1)."""
-
-    def validate(self) -> "AblationOptions":
-        from metacog_fast.sim.runner import CONFIGS
-
-        unknown = [c for c in self.configs if c not in CONFIGS]
-        if unknown or not self.configs:
-            raise ValueError(f"configs: expected some of {', '.join(CONFIGS)}, got {list(self.configs)}")
-        if self.runs < 1:
-            raise ValueError(f"runs: expected >= 1, got {self.runs}")
-        return self
 
 
 def _progress_line(sim: Any) -> None:
@@ -77,11 +57,10 @@ def run_ablation(opts: RunOptions, ablation: AblationOptions, out_dir: str, llm_
     ac = agent_config or AgentConfig()
     in_process = ex.executor == "inline" or (ex.executor == "local" and ex.resolved_workers(1) == 1)
     if not in_process:
-        return ablate(opts, out_dir, None, None, tuple(ablation.configs), ablation.runs, ac, executor=ex,
-                      llm_uri=lo.llm, n_threads=lo.llm_threads)
+        return ablate(opts, out_dir, None, None, ablation, ac, executor=ex, llm_uri=lo.llm, n_threads=lo.llm_threads)
     llm, enc = open_resources(lo.llm, lo.llm_threads)
     try:
-        return ablate(opts, out_dir, llm, enc, tuple(ablation.configs), ablation.runs, ac, executor=ex)
+        return ablate(opts, out_dir, llm, enc, ablation, ac, executor=ex)
     finally:
         llm.llm.close()
 

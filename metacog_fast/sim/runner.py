@@ -57,6 +57,24 @@ class RunOptions:
     """Run interviews and the LLM judge after the simulation."""
 
 
+@dataclass
+class AblationOptions:
+    """The module sets an ablation compares and how many runs each gets."""
+
+    configs: tuple[str, ...] = DEFAULT_ABLATION
+    """Module sets (``sim.runner.CONFIGS``): all, no_metacognition, memory_only, no_memory, none."""
+    runs: int = 3
+    """Runs per configuration (seeds seed .. seed+runs-1)."""
+
+    def validate(self) -> "AblationOptions":
+        unknown = [c for c in self.configs if c not in CONFIGS]
+        if unknown or not self.configs:
+            raise ValueError(f"configs: expected some of {', '.join(CONFIGS)}, got {list(self.configs)}")
+        if self.runs < 1:
+            raise ValueError(f"runs: expected >= 1, got {self.runs}")
+        return self
+
+
 def open_resources(llm_uri: str | None = None, n_threads: int | None = None) -> tuple[SimLLM, Any]:
     """The LLM (``metacog_fast.llm.open_llm``) and the MiniLM encoder (offline)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -182,18 +200,16 @@ def play_ablation_run(payload: dict[str, Any], done: Mapping[str, Any], workdir:
 
 
 def ablate(opts: RunOptions, out_dir: str, llm: SimLLM | None, encoder: TextEncoder | None,
-           configs: tuple[str, ...] = DEFAULT_ABLATION, runs: int = 3, agent_config: AgentConfig | None = None,
+           ablation: AblationOptions | None = None, agent_config: AgentConfig | None = None,
            log: Any = print, executor: ExecutorConfig | None = None, llm_uri: str | None = None,
            n_threads: int | None = None) -> dict[str, Any]:
-    """``runs`` runs (seeds seed, seed+1, ...) of each named configuration; writes ablation.json/.md.
-    Resumable: a run whose summary.json exists is not played again (the folder's config.json must
-    match ``opts`` and ``agent_config``). ``llm``/``encoder``: objects used in this process; None:
-    each run opens ``llm_uri`` (``n_threads``) itself, which any ``executor`` can run."""
-    unknown = [c for c in configs if c not in CONFIGS]
-    if unknown:
-        raise ValueError(f"configs: unknown {unknown}; known: {sorted(CONFIGS)}")
-    if runs < 1:
-        raise ValueError(f"runs: expected >= 1, got {runs}")
+    """``ablation.runs`` runs (seeds seed, seed+1, ...) of each module set of ``ablation.configs``;
+    writes ablation.json/.md. Resumable: a run whose summary.json exists is not played again (the
+    folder's config.json must match ``opts`` and ``agent_config``). ``llm``/``encoder``: objects
+    used in this process; None: each run opens ``llm_uri`` (``n_threads``) itself, which any
+    ``executor`` can run."""
+    ab = (ablation or AblationOptions()).validate()
+    configs, runs = tuple(ab.configs), ab.runs
     if (llm is None) != (encoder is None):
         raise ValueError("llm, encoder: give both (runs in this process) or neither (each run opens its own)")
     ac = agent_config or AgentConfig()

@@ -15,12 +15,13 @@ on Ray (``ExecutorConfig``).
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from metacog_fast.agents.alfworld.config import AgentConfig, RunConfig
+from metacog_fast.agents.alfworld.config import AgentConfig, PretrainConfig, RunConfig
 from metacog_fast.agents.alfworld.fewshot import TASK_TYPES, load_examples
 from metacog_fast.runs import ExecutorConfig, Record, RunFolder, RunSummary, SideFile, Task, run_tasks
 from metacog_fast.runs.records import read_json, write_json_atomic
@@ -294,21 +295,24 @@ def run_protocol(run_dir: str | Path, cfg: RunConfig, fewshot: str | Path = DEFA
 
 
 # -- pre-deployment (Alg. 3) -----------------------------------------------------------------
-def pretrain(out_dir: str | Path, games: int = 6, episodes: int = 2, split: str = "valid_seen",
-             data: str | None = None, expert_positives: bool = True, agent_config: AgentConfig | None = None,
-             llm: str | None = None, n_threads: int = 1, workers: int = 1, epochs: int | None = None,
-             fewshot: str | Path = DEFAULT_FEWSHOT, train_only: bool = False,
-             n_ctx: int = RunConfig.n_ctx, executor: ExecutorConfig | None = None) -> dict[str, Any]:
-    """Reflexion episodes on ``split`` (persisted, resumable: ``out_dir/collect``), then M_sa
+def pretrain(out_dir: str | Path, pre: PretrainConfig | None = None, run: RunConfig | None = None,
+             fewshot: str | Path = DEFAULT_FEWSHOT, executor: ExecutorConfig | None = None) -> dict[str, Any]:
+    """Reflexion episodes on ``pre.split`` (persisted, resumable: ``out_dir/collect``), then M_sa
     trained on 4-pair chunks labelled by outcome (plus expert walkthrough chunks as positives
-    when ``expert_positives``), saved to ``out_dir/scorer``. ``train_only``: skip the collection
-    and train on the episodes recorded so far (an interrupted collection). Returns training facts."""
+    when ``pre.expert_positives``), saved to ``out_dir/scorer``. ``pre.train_only``: skip the
+    collection and train on the episodes recorded so far (an interrupted collection). ``run``: the
+    LLM, threads, context, workers, data folder and agent settings (its agent, split, games and
+    episodes are set from ``pre``). Returns training facts."""
     from metacog_fast.scoring import ScorerConfig, TrajectoryScorer
 
+    pc = (pre or PretrainConfig()).validate()
+    split, episodes, epochs, expert_positives = pc.split, pc.episodes, pc.epochs, pc.expert_positives
+    base = run or RunConfig()
+    data = base.data
     out = Path(out_dir)
-    cfg = RunConfig(agent="reflexion", split=split, data=data, tasks=games, adapt_episodes=0,
-                    test_episodes=episodes, llm=llm, n_threads=n_threads, n_ctx=n_ctx, workers=workers,
-                    agent_config=agent_config or AgentConfig())
+    cfg = dataclasses.replace(base, agent="reflexion", split=split, tasks=pc.tasks, adapt_episodes=0,
+                              test_episodes=episodes)
+    train_only, games = pc.train_only, pc.tasks
     collect = out / "collect"
     t0 = time.perf_counter()
     _folder, games_list, _summary = _run_collect(collect, cfg, fewshot, executor, record_plan=True,
