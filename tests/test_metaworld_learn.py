@@ -283,3 +283,27 @@ def test_profile_times_both_precisions(tmp_path):
     assert out["bfloat16"]["seconds_per_update"] > 0 and out["float32"]["seconds_per_update"] > 0
     assert out["bf16_speedup"] == pytest.approx(out["float32"]["seconds_per_update"] / out["bfloat16"]["seconds_per_update"])
     assert profile_env_steps(tiny(), steps=30)["steps"] == 30
+
+
+def test_actor_entropy_bonus_peaks_at_a_finite_std():
+    """The entropy bonus is that of the squashed action: it must not keep rewarding a growing std
+    (the pre-tanh Gaussian's sum log std did, and the learning runs' actors went bang-bang)."""
+    import torch
+
+    from metacog_fast.models.dreamer import squashed_entropy
+
+    g = torch.Generator().manual_seed(0)
+    eps = torch.randn(100_000, 2, generator=g)
+    mean = torch.tensor([0.0, 0.5])
+
+    def bonus(s: float) -> float:
+        std = torch.full((100_000, 2), s)
+        return float(squashed_entropy(std, mean + std * eps).mean())
+
+    values = {s: bonus(s) for s in (0.2, 0.9, 3.0, 6.0)}
+    assert values[0.9] > values[0.2] and values[0.9] > values[3.0] > values[6.0]
+    # by hand, for one sample: log std + log(1 - tanh(u)^2), summed over the action dims
+    std, u = torch.tensor([[0.5, 2.0]]), torch.tensor([[0.3, -4.0]])
+    want = (std.log() + torch.log(1 - torch.tanh(u) ** 2)).sum(-1)
+    assert torch.allclose(squashed_entropy(std, u), want, atol=1e-5)
+    assert torch.isfinite(squashed_entropy(std, torch.tensor([[60.0, -60.0]]))).all()

@@ -10,6 +10,7 @@ Training uses autograd through the RSSM functions of :mod:`metacog_fast.models.r
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
@@ -30,6 +31,19 @@ def symlog(x: torch.Tensor) -> torch.Tensor:
 
 def symexp(x: torch.Tensor) -> torch.Tensor:
     return torch.sign(x) * torch.expm1(x.abs())
+
+
+def squashed_entropy(std: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One-sample estimate (up to a constant) of the entropy of the action a = tanh(u),
+    u ~ Normal(mean, std): sum over actions of log std + log(1 - tanh(u)^2). [.., A] -> [..].
+
+    The Gaussian's entropy alone (sum log std) grows without bound as std grows while the
+    squashed action only saturates at +-1: rewarded for it, the actor's std ran to 4-6 within 400
+    updates and its actions became bang-bang (docs/muse_wm.md "Learning curves"). The tanh term
+    (the log-determinant of the squashing, as in SAC) makes the bonus peak at a finite std.
+    ``log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))``, stable for large |u|."""
+    log_det = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
+    return (std.log() + log_det).sum(-1)
 
 
 @dataclass
@@ -274,7 +288,7 @@ class Dreamer(nn.Module):
     def imagine(self, h0: torch.Tensor, z0: torch.Tensor) -> dict[str, torch.Tensor]:
         """Actor-driven rollout with gradients through the dynamics (reparameterised actions,
         straight-through latents). h0 [M, D], z0 [M, Z] -> feats [H+1, M, D+Z], actions [H, M, A],
-        log-std sum [H, M] (for the entropy)."""
+        entropy [H, M] (:func:`squashed_entropy` of each action, up to a constant)."""
         w = self.rssm.weights()
         cfg = self.cfg
         M = h0.shape[0]
@@ -284,13 +298,14 @@ class Dreamer(nn.Module):
         for _ in range(cfg.horizon):
             s = feats[-1]
             mean, std = fused.actor_stats(w, s)
-            a = torch.tanh(mean + std * torch.randn_like(mean))
+            u = mean + std * torch.randn_like(mean)
+            a = torch.tanh(u)
             h = fused.sequence_model(w, h, z, a)
             z = ref.sample_categorical(fused.prior_logits(w, h), torch.rand(M, cfg.S), cfg.C, straight_through=True)
             feats.append(torch.cat([h, z], -1))
             acts.append(a)
-            ents.append(std.log().sum(-1))
-        return {"feat": torch.stack(feats), "action": torch.stack(acts), "logstd": torch.stack(ents)}
+            ents.append(squashed_entropy(std, u))
+        return {"feat": torch.stack(feats), "action": torch.stack(acts), "entropy": torch.stack(ents)}
 
     def lambda_returns(self, reward: torch.Tensor, disc: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         """reward, disc [H, M] (for steps 1..H), value [H+1, M] -> returns [H, M] for steps 0..H-1."""
@@ -318,7 +333,7 @@ class Dreamer(nn.Module):
             lo, hi = torch.quantile(ret.detach().flatten(), torch.tensor([0.05, 0.95]))
             self.return_scale.mul_(cfg.return_decay).add_((1 - cfg.return_decay) * (hi - lo))
             scale = torch.clamp(self.return_scale, min=1.0)
-        actor_loss = -(weight * (ret / scale + cfg.entropy * traj["logstd"])).mean()
+        actor_loss = -(weight * (ret / scale + cfg.entropy * traj["entropy"])).mean()
         tgt = symlog(ret.detach())
         fd = feat[:-1].detach()
         pred = self.critic(fd).squeeze(-1)
