@@ -251,7 +251,7 @@ def test_schedule_and_report(tmp_path):
     assert [s["env_steps"] for s in states] == [80, 80]
     assert (tmp_path / "curves" / "drawer-close-v3" / "seed1" / "train_curve.csv").exists()
     doc = learn_report(LearnReportConfig(runs=str(tmp_path / "curves"), published=str(PUBLISHED),
-                                         out=str(tmp_path / "out"), xmax=100))
+                                         out=str(tmp_path / "out"), xmax=100, run_root=str(tmp_path / "runs")))
     assert (tmp_path / "out" / "learning_curves.png").stat().st_size > 1000
     task = doc["tasks"][0]
     assert task["task"] == "drawer-close-v3" and sorted(task["seeds"]) == ["0", "1"]
@@ -262,6 +262,16 @@ def test_schedule_and_report(tmp_path):
         assert m["final_success"]["pooled_successes"] == k and m["final_success"]["pooled_n"] == 4
         assert (m["final_success"]["low"], m["final_success"]["high"]) == pytest.approx(wilson_interval(k, 4))
         assert m["final_success"]["mean_over_seeds"] == pytest.approx(np.mean([r["final_success"]["rate"] for r in recs]))
+    from metacog_fast.train.replay import ReplayBuffer
+
+    sat = task["action_saturation"]["0"]
+    assert [w["env_steps"] for w in sat] == [80] and sat[0]["episodes"] == 2  # episodes 3, 4 are the agent's
+    rb = ReplayBuffer(tmp_path / "runs" / "drawer-close-v3" / "seed0" / "replay")
+    rb.load_dir()
+    acts = np.concatenate([e.prev_action[1:] for e in rb.episodes[2:4]])
+    assert sat[0]["saturated"] == pytest.approx(np.mean([(np.abs(e.prev_action[1:]) > 0.99).mean()
+                                                         for e in rb.episodes[2:4]]))
+    assert acts.shape == (40, 4)
     pub = load_published("drawer-close-v3", PUBLISHED)
     assert task["at_equal_steps"] == [{"env_steps": 0, "ours": task["mean"][0]["final_success"]["mean_over_seeds"],
                                        "ours_low": task["mean"][0]["final_success"]["low"],

@@ -21,7 +21,7 @@ from metacog_fast.runs.records import write_json_atomic
 from metacog_fast.train.learn_records import read_curve
 from metacog_fast.train.published import PUBLISHED_DIR, PublishedCurve, load_published
 
-__all__ = ["LearnReportConfig", "learn_report", "summarise_task"]
+__all__ = ["LearnReportConfig", "action_saturation", "learn_report", "summarise_task"]
 
 
 @dataclass
@@ -38,6 +38,9 @@ class LearnReportConfig:
     """Success plotted: at the last step (TD-MPC2's, as published) or at any step (Meta-World's)."""
     xmax: int = 100_000
     """Right end of the x axis at least (env steps), so the first published point after 0 shows."""
+    run_root: str | None = None
+    """Folder of the run folders themselves (<task>/seed<seed>/replay); when given, the summary adds
+    per run the share of saturated actions (|a| > 0.99) of its training episodes per evaluation window."""
 
     def validate(self) -> "LearnReportConfig":
         if not Path(self.runs).is_dir():
@@ -60,6 +63,24 @@ def _read_seed(folder: Path) -> list[dict[str, Any]]:
         if isinstance(recs, list) and recs:
             return recs
     raise ValueError(f"runs: {folder} holds neither evals/*.json nor a non-empty curve.json")
+
+
+def action_saturation(run_dir: str | Path, window: int) -> list[dict[str, Any]]:
+    """Share of action components with |a| > 0.99 in the agent's training episodes of a run, per
+    ``window`` env steps: [{"env_steps": end of the window, "saturated": share, "episodes": n}]."""
+    from metacog_fast.train.replay import ReplayBuffer
+
+    rb = ReplayBuffer(Path(run_dir) / "replay")
+    rb.load_dir()
+    out: dict[int, list[float]] = {}
+    steps = 0
+    for ep in rb.episodes:
+        steps += ep.steps
+        if ep.source != "agent":
+            continue
+        end = -(-steps // window) * window
+        out.setdefault(end, []).append(float((np.abs(ep.prev_action[1:]) > 0.99).mean()))
+    return [{"env_steps": k, "saturated": float(np.mean(v)), "episodes": len(v)} for k, v in sorted(out.items())]
 
 
 def summarise_task(task: str, seeds: dict[int, list[dict[str, Any]]], published: PublishedCurve | None,
@@ -166,7 +187,14 @@ def learn_report(cfg: LearnReportConfig) -> dict[str, Any]:
             pub = load_published(tdir.name, cfg.published)
         except ValueError:
             pub = None
-        summaries.append(summarise_task(tdir.name, seeds, pub, cfg.metric))
+        summary = summarise_task(tdir.name, seeds, pub, cfg.metric)
+        if cfg.run_root is not None:
+            window = int(np.diff([r["env_steps"] for r in next(iter(seeds.values()))][:2])[0]) \
+                if len(next(iter(seeds.values()))) > 1 else 5000
+            summary["action_saturation"] = {
+                str(seed): action_saturation(Path(cfg.run_root) / tdir.name / f"seed{seed}", window)
+                for seed in seeds if (Path(cfg.run_root) / tdir.name / f"seed{seed}" / "replay").is_dir()}
+        summaries.append(summary)
     if not summaries:
         raise ValueError(f"runs: {cfg.runs!r} holds no <task>/seed<seed>/ folders with evaluation records")
     out = Path(cfg.out)
