@@ -476,3 +476,17 @@ def test_smoke_train_then_adapt_from_the_command_line(tmp_path, capsys):
     assert adapted["act"]["sr_z"] == "posterior" and adapted["profile"] == "smoke"
     assert (run / "muse" / "adapt_muse" / "report" / "table1.md").is_file()
     assert "MUSE" in capsys.readouterr().out
+
+
+def test_flags_before_a_subcommand_are_kept():
+    """``metacog sim --agents 3 ablate`` ran the scenario's 5 agents: argparse let the subcommand's
+    defaults overwrite the flags given before it."""
+    from metacog_fast.cli.main import build_parser
+
+    p = build_parser("sim")
+    a = p.parse_args(["sim", "--agents", "3", "--steps", "6", "--progress-every", "3", "ablate", "--runs", "2"])
+    assert (a.agents, a.steps, a.progress_every, a.runs, a.out) == (3, 6, 3, 2, "results/sim")
+    a = p.parse_args(["sim", "--agents", "3", "ablate", "--agents", "4"])  # the later one wins
+    assert a.agents == 4
+    a = p.parse_args(["sim", "ablate", "--agents", "3"])
+    assert (a.agents, a.progress_every) == (3, 4)

@@ -12,9 +12,35 @@ from metacog_fast.cli.commands import attach, top_level
 from metacog_fast.cli.dataclass_args import ConfigError
 
 
+class _SubcommandKeepsParentFlags(argparse._SubParsersAction):
+    """argparse copies every value of a subcommand's namespace over its parent's, so a flag that
+    both define, given before the subcommand (``metacog sim --agents 3 ablate``), was silently
+    replaced by the subcommand's default. Here a value the user gave before the subcommand is kept
+    unless the subcommand's own flags set it again."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+        given = {k: v for k, v in vars(namespace).items() if v != parser.get_default(k)}
+        super().__call__(parser, namespace, values, option_string)
+        chosen = self._name_parser_map.get(values[0])
+        if chosen is None:
+            return
+        for k, v in given.items():
+            if getattr(namespace, k, None) == chosen.get_default(k):
+                setattr(namespace, k, v)
+
+
+class MetacogParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose subcommands keep the flags given before them (every parser of
+    ``metacog`` is one: ``add_subparsers`` makes its children of the parent's class)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _SubcommandKeepsParentFlags)
+
+
 def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     """The ``metacog`` parser; ``load`` = the first word whose command(s) to build in full (if any)."""
-    p = argparse.ArgumentParser(prog="metacog", description="metacog_fast: metacognitive agents, fast.")
+    p = MetacogParser(prog="metacog", description="metacog_fast: metacognitive agents, fast.")
     words = top_level()
     sub = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(words) + "}")
     for word, help_line in words.items():
