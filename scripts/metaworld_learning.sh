@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Dreamer-v3 learning runs of docs/muse_wm.md "Learning curves": reach-v3,
+# The Dreamer-v3 learning runs of docs/muse_wm.md "Single-task learning curves": reach-v3,
 # button-press-topdown-v3 and drawer-close-v3, seeds 0 and 1, ONE AT A TIME on one torch thread,
 # advanced in rounds of STAGE env steps (all six runs reach about the same step before any goes on).
 # Resumable: run it again after a kill and every run continues from its last checkpoint.

@@ -39,7 +39,7 @@ def squashed_entropy(std: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
     The Gaussian's entropy alone (sum log std) grows without bound as std grows while the
     squashed action only saturates at +-1: rewarded for it, the actor's std ran to 4-6 within 400
-    updates and its actions became bang-bang (docs/muse_wm.md "Learning curves"). The tanh term
+    updates and its actions became bang-bang (docs/muse_wm.md "Single-task learning curves"). The tanh term
     (the log-determinant of the squashing, as in SAC) makes the bonus peak at a finite std.
     ``log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))``, stable for large |u|."""
     log_det = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))

@@ -6,7 +6,7 @@ The published DreamerV3 configuration for vector observations (NM512/dreamerv3-t
 ``configs.yaml`` defaults + ``dmc_proprio``; danijar/dreamerv3) trains with a replay ratio of 512
 replayed steps per env step, batch 16 x 64, imagination from every posterior state of the batch,
 a deter-512 RSSM with 5 x 1024 observation MLPs. The defaults below are the reduced values this
-2-core CPU runs (docs/muse_wm.md "Learning curves" gives both and why).
+2-core CPU runs (docs/muse_wm.md "Single-task learning curves" gives both and why).
 """
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ class LearnJob:
 
 
 LEARN_TASKS: tuple[str, ...] = ("reach-v3", "button-press-topdown-v3", "drawer-close-v3")
-"""The three easy MT50 tasks of the learning runs (docs/muse_wm.md "Learning curves")."""
+"""The three easy MT50 tasks of the learning runs (docs/muse_wm.md "Single-task learning curves")."""
 
 LEARN_SEEDS: tuple[int, ...] = (0, 1)
 """Seeds of the learning runs."""
