@@ -75,6 +75,28 @@ def proposer_name(llm: str, prefilter: str, k: int) -> str:
     return f"llm-{re.sub(r'[^A-Za-z0-9.-]+', '_', llm).strip('_')}-{prefilter}{k}"
 
 
+def model_sha256(llm: str) -> str | None:
+    """sha256 of the model file an LLM name opens (model.json's for a fine-tuned folder; None for
+    a backend that is not a local llama.cpp file), so a resumed measurement can tell a model that
+    was replaced under the same name."""
+    from metacog_fast.llm.models import default_gguf, resolve_model_folder, resolve_named_model
+    from metacog_fast.llm.uri import parse_uri, resolve_uri
+
+    if llm == BASE:
+        return sha256_file(Path(default_gguf()))
+    u = parse_uri(resolve_uri(llm))
+    files = None
+    if u.scheme == "finetuned":
+        files = resolve_named_model(u.target)
+    elif u.scheme == "llama-cpp" and u.target and Path(u.target).is_dir():
+        files = resolve_model_folder(u.target)
+    if files is not None and files.info and files.info.get("sha256"):
+        return str(files.info["sha256"])
+    if u.scheme == "llama-cpp" and u.target and Path(u.target).is_file():
+        return sha256_file(Path(u.target))
+    return None
+
+
 def _open(llm: str, n_threads: int) -> Any:
     from metacog_fast.llm import open_llm
 
@@ -118,23 +140,30 @@ def evaluate_swift_agreement(out_dir: str | Path, cfg: SwiftAgreementConfig) -> 
     ranker = RankerSwift(RankerModel.load(cfg.ranker))
     results: dict[str, dict[str, Any]] = {}
 
-    def measure(name: str, proposer: Any) -> None:
+    models = {uri: model_sha256(uri) for uri in cfg.llms}
+
+    def measure(name: str, proposer: Any, sha: str | None = None) -> None:
         path = out / "proposals" / f"{name}.json"
         if path.is_file():
-            results[name] = read_json(path)
+            res = read_json(path)
+            if sha is not None and res.get("model_sha256") not in (None, sha):
+                raise ValueError(f"{path}: measured with model sha256 {res['model_sha256']}, but the name now opens "
+                                 f"{sha}; delete the file to measure the new model")
+            results[name] = res
             return
         res = top1_agreement(examples, {name: proposer})[name]
+        res["model_sha256"] = sha
         write_json_atomic(path, res)
         results[name] = res
 
-    measure("ranker", ranker)
+    measure("ranker", ranker, conf["ranker_sha256"])
     for uri in cfg.llms:
         todo = [p for p in cfg.prefilters if not (out / "proposals" / f"{proposer_name(uri, p, cfg.k)}.json").is_file()]
         llm = _open(uri, cfg.n_threads) if todo else None
         try:
             for p in cfg.prefilters:
                 sw = None if llm is None else LLMSwift(llm, cfg.k, ranker if p == "ranker" else None)
-                measure(proposer_name(uri, p, cfg.k), sw)
+                measure(proposer_name(uri, p, cfg.k), sw, models[uri])
         finally:
             if llm is not None:
                 llm.close()
@@ -164,7 +193,7 @@ def evaluate_swift_agreement(out_dir: str | Path, cfg: SwiftAgreementConfig) -> 
         "variations": sorted({f"{r['task_name']}__{r['variation']}" for r in rows}),
         "proposers": {n: {k: v for k, v in r.items() if k not in ("proposals", "hits")} for n, r in results.items()},
         "ranker_gold_in_top_k": rate_with_interval(ranker_in_top_k),
-        "paired_mcnemar": paired, "hits_by_task": by_task, **conf,
+        "paired_mcnemar": paired, "hits_by_task": by_task, "model_sha256": models, **conf,
     }
     write_json_atomic(out / "agreement.json", summary)
     return summary
