@@ -3,10 +3,11 @@
 # every step resumes where it stopped, so rerunning this script after a kill (or in a later
 # session) continues the work.
 #   nohup bash scripts/finetune_scienceworld.sh &           # THREADS=2 WORKERS=2 on an idle machine
-# Logs: runs/finetune_sw/logs/*.log. Cost on this 2-core machine: the gold paths of all 3,592 train
-# variations ~6.5 s each on one idle core (~3.3 h with 2 workers); one LoRA epoch over their
-# ~160 k admissible gold steps (~180 tokens each) at the benchmark's 271 tokens/s ~30 h, hence
-# the budget MAX_EXAMPLES (default 20,000 decisions, ~4 h at 2 threads); the dev agreement ~10 min.
+# Logs: runs/finetune_sw/logs/*.log. Cost on this 2-core machine (measured on the 90-variation set,
+# docs/finetune.md "ScienceWorld"): a gold path takes ~7-10 s to play (39 steps on average), so all
+# 3,592 train variations take ~5 h with 2 workers; a decision is ~102 tokens and training ran at
+# 78-114 tokens/s on one shared thread, so the default budget of 20,000 decisions (~2 M tokens) is
+# ~5 h at THREADS=1 and ~2 h at the idle benchmark's 271 tokens/s (THREADS=2); the dev agreement ~10 min.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 M=.venv/bin/metacog
