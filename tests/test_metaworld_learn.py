@@ -317,3 +317,29 @@ def test_actor_entropy_bonus_peaks_at_a_finite_std():
     want = (std.log() + torch.log(1 - torch.tanh(u) ** 2)).sum(-1)
     assert torch.allclose(squashed_entropy(std, u), want, atol=1e-5)
     assert torch.isfinite(squashed_entropy(std, torch.tensor([[60.0, -60.0]]))).all()
+
+
+def test_versioned_checkpoint_survives_a_kill_between_its_two_writes(tmp_path):
+    """A tensor file written after the last JSON (a kill between the two writes) never breaks the
+    JSON's checkpoint; older tensor files go once a newer JSON is in place."""
+    import torch
+
+    from metacog_fast.models.dreamer import Dreamer
+    from metacog_fast.train import checkpoint as ck
+
+    cfg = tiny()
+    model = Dreamer(cfg.model)
+    stem = tmp_path / "ckpt" / "latest"
+    ck.save_checkpoint(stem, model, cfg, meta={"n": 1}, versioned=True)  # type: ignore[arg-type]
+    ck.save_checkpoint(stem, model, cfg, meta={"n": 2}, versioned=True)  # type: ignore[arg-type]
+    assert sorted(p.name for p in stem.parent.iterdir()) == ["latest.2.safetensors", "latest.json"]
+    (stem.parent / "latest.3.safetensors").write_bytes(b"half a tensor file")  # killed before its JSON
+    doc = json.loads(stem.with_suffix(".json").read_text())
+    tensors = ck.read_tensors(stem, doc)
+    assert torch.equal(tensors["encoder.out.weight"], model.state_dict()["encoder.out.weight"])
+    ck.save_checkpoint(stem, model, cfg, meta={"n": 3}, versioned=True)  # type: ignore[arg-type]
+    assert sorted(p.name for p in stem.parent.iterdir()) == ["latest.4.safetensors", "latest.json"]
+    doc = json.loads(stem.with_suffix(".json").read_text())
+    (stem.parent / "latest.4.safetensors").write_bytes(b"corrupt")
+    with pytest.raises(ValueError, match="does not match the digest"):
+        ck.read_tensors(stem, doc)

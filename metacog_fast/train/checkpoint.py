@@ -61,17 +61,31 @@ def _digest(path: Path) -> str:
 
 
 def save_checkpoint(stem: str | os.PathLike, model: Dreamer, cfg: ProtocolConfig, meta: dict[str, Any] | None = None,
-                    optimizer: bool = True) -> Path:
-    """Write ``stem.safetensors`` and ``stem.json``. Returns the JSON path."""
+                    optimizer: bool = True, versioned: bool = False) -> Path:
+    """Write ``stem.safetensors`` and ``stem.json``. Returns the JSON path.
+
+    ``versioned``: the tensors go to a new ``stem.<k>.safetensors`` that the JSON names, and the
+    older tensor files are removed only after the JSON is in place, so a kill at any moment
+    leaves a JSON whose tensor file exists and matches its digest (with one ``stem.safetensors``
+    rewritten in place, a kill between the two writes leaves new tensors beside the old JSON)."""
     stem = Path(stem)
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
     if optimizer:
         tensors.update({f"opt.{k}": v for k, v in model.optimizer_tensors().items()})
-    st_path = stem.with_suffix(".safetensors")
+    old = sorted(stem.parent.glob(f"{stem.name}.*.safetensors")) if versioned else []
+    if versioned:
+        k = 1 + max((int(p.name[len(stem.name) + 1:-len(".safetensors")]) for p in old
+                     if p.name[len(stem.name) + 1:-len(".safetensors")].isdigit()), default=0)
+        st_path = stem.parent / f"{stem.name}.{k}.safetensors"
+    else:
+        st_path = stem.with_suffix(".safetensors")
     with atomic_tmp_path(st_path) as tmp:
         save_file(tensors, str(tmp), metadata={"format": "metacog_fast.dreamer", "agent": cfg.agent})
     doc = {"config": cfg.to_dict(), "meta": meta or {}, "tensors": st_path.name, "sha256": _digest(st_path)}
-    return atomic_write_json(stem.with_suffix(".json"), doc)
+    out = atomic_write_json(stem.with_suffix(".json"), doc)
+    for p in old:
+        p.unlink(missing_ok=True)
+    return out
 
 
 def read_config(stem: str | os.PathLike) -> tuple[ProtocolConfig, dict[str, Any]]:
@@ -108,9 +122,10 @@ def load_checkpoint(stem: str | os.PathLike, cfg: ProtocolConfig | None = None,
 
 
 def read_tensors(stem: str | os.PathLike, doc: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """The tensors of ``stem.safetensors``, checked against the digest its JSON ``doc`` names.
-    ValueError when the file is missing or does not match (a partial write)."""
-    st_path = Path(stem).with_suffix(".safetensors")
+    """The tensors of the file ``doc["tensors"]`` names beside ``stem`` (default ``stem.safetensors``),
+    checked against the digest the JSON ``doc`` holds. ValueError when the file is missing or does
+    not match (a partial write)."""
+    st_path = Path(stem).parent / str(doc.get("tensors") or Path(stem).with_suffix(".safetensors").name)
     if not st_path.exists():
         raise ValueError(f"checkpoint: tensor file {st_path} is missing")
     if doc.get("sha256") and _digest(st_path) != doc["sha256"]:

@@ -12,8 +12,8 @@ Loop (DreamerV3's schedule, per episode instead of per step):
 5. stop at ``env_steps`` (a later call with a larger target continues the same run).
 
 Run folder: ``config.json`` (the RunFolder snapshot; a resumed run must match it except
-``env_steps``), ``ckpt/latest.{safetensors,json}`` (world model, actor-critic, Adam moments, return
-scale; the JSON holds the runner state: env steps, episodes, updates, update credit, numpy and
+``env_steps``), ``ckpt/latest.json`` + the ``ckpt/latest.<k>.safetensors`` it names (world model,
+actor-critic, Adam moments, return scale; the JSON holds the runner state: env steps, episodes, updates, update credit, numpy and
 torch RNG states, training-episode returns), ``replay/ep_*.npz`` (every training episode, atomic),
 ``evals/*.json``, ``curve.{json,csv}``, ``train_curve.csv``.
 
@@ -169,7 +169,7 @@ class LearnRunner:
         st["torch_rng"] = ck.torch_rng_bytes()
         st["wall_seconds"] += time.perf_counter() - self._t0
         self._t0 = time.perf_counter()
-        ck.save_checkpoint(self.latest, self.model, self.cfg, meta=st)  # type: ignore[arg-type]
+        ck.save_checkpoint(self.latest, self.model, self.cfg, meta=st, versioned=True)  # type: ignore[arg-type]
         write_train_curve(self.run_dir, st["train_episodes"])
 
     def _eval_due(self) -> bool:
