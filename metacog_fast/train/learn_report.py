@@ -131,7 +131,19 @@ def _plot(summaries: list[dict[str, Any]], path: Path, metric: str, xmax: int) -
 
     from metacog_fast._atomic import atomic_tmp_path
 
-    fig, axes = plt.subplots(1, len(summaries), figsize=(4.6 * len(summaries), 3.8), squeeze=False)
+    fig, axes = plt.subplots(2, len(summaries), figsize=(4.6 * len(summaries), 7.2), squeeze=False)
+    for ax, s in zip(axes[1], summaries):  # returns, on our own steps (the published files have none)
+        for seed, recs in s["seeds"].items():
+            ax.plot([r["env_steps"] for r in recs], [r["return_mean"] for r in recs], color="tab:blue", alpha=0.35,
+                    lw=1, marker=".")
+        if s["mean"]:
+            ax.plot([m["env_steps"] for m in s["mean"]], [m["return_mean"] for m in s["mean"]], color="tab:blue",
+                    lw=2.2, label="ours, mean over seeds (thin: seeds)")
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("mean evaluation return (500 steps)")
+        ax.set_title(f"{s['task']}: return", fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[1][0].legend(fontsize=7, loc="upper left")
     for ax, s in zip(axes[0], summaries):
         right = xmax
         for seed, recs in s["seeds"].items():
