@@ -283,3 +283,32 @@ def test_tiny_sft_exports_a_swift_that_opens_by_name(tmp_path, dataset, monkeypa
         assert m.choose(ex["prompt"], opts).index in range(3)
     finally:
         m.close()
+
+
+def test_swift_eval_folder_resumes_and_refuses_a_replaced_model(tmp_path) -> None:
+    from metacog_fast.agents.scienceworld.swift_eval import dev_gold
+    from metacog_fast.finetune.scienceworld_eval import (SwiftAgreementConfig, evaluate_swift_agreement,
+                                                         model_sha256, proposer_name)
+
+    gold = [ex for _, _, ex in dev_gold([SHORT_TASKS[1]], variations=1, steps_per_task=2)]
+    model, _ = train_ranker(gold, epochs=10)
+    model.save(str(tmp_path / "ranker.npz"))
+    cfg = SwiftAgreementConfig(llms=("base",), prefilters=("ranker",), k=3, ranker=str(tmp_path / "ranker.npz"),
+                               tasks=[SHORT_TASKS[1]], steps_per_task=2)
+    out = tmp_path / "eval"
+    s = evaluate_swift_agreement(out, cfg)
+    name = proposer_name("base", "ranker", 3)
+    assert s["steps"] == 2 and set(s["proposers"]) == {"ranker", name}
+    assert s["proposers"][name]["gold_in_options"]["n"] == 2 and s["model_sha256"]["base"] == model_sha256("base")
+    f = out / "proposals" / f"{name}.json"
+    stamp = f.stat().st_mtime_ns
+    assert evaluate_swift_agreement(out, cfg)["proposers"] == s["proposers"] and f.stat().st_mtime_ns == stamp
+    rec = json.loads(f.read_text())
+    rec["model_sha256"] = "0" * 64
+    f.write_text(json.dumps(rec))
+    with pytest.raises(ValueError, match="measured with model sha256 0{64}"):
+        evaluate_swift_agreement(out, cfg)
+    with pytest.raises(ValueError, match="other steps or another ranker"):
+        evaluate_swift_agreement(out, SwiftAgreementConfig(**{**cfg.__dict__, "steps_per_task": 3}))
+    with pytest.raises(FileNotFoundError, match="ranker: no ranker file"):
+        evaluate_swift_agreement(tmp_path / "e2", SwiftAgreementConfig(ranker=str(tmp_path / "none.npz")))
