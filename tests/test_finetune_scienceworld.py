@@ -220,7 +220,6 @@ def test_cli_flags(tmp_path, capsys) -> None:
 
 def test_top1_agreement_on_dev_gold(llm) -> None:
     from metacog_fast.agents.scienceworld.swift_eval import dev_gold, top1_agreement
-    from metacog_fast.finetune.scienceworld_data import examples_of  # noqa: F401 - the dataset's own module
 
     steps = dev_gold([SHORT_TASKS[0]], variations=1, steps_per_task=3)
     assert len(steps) == 3 and all(name == "lifespan-longest-lived" for name, _, _ in steps)

@@ -119,9 +119,9 @@ def _states(out: Path, cfg: SwiftAgreementConfig) -> tuple[list[dict[str, Any]],
 
 def evaluate_swift_agreement(out_dir: str | Path, cfg: SwiftAgreementConfig) -> dict[str, Any]:
     """Measure (or resume measuring) every proposer of ``cfg`` into ``out_dir``; returns agreement.json."""
-    from metacog_fast.agents.scienceworld.swift import LLMSwift, RankerModel, RankerSwift
+    from metacog_fast.agents.scienceworld.swift import LLMSwift, RankerModel, RankerSwift, SwiftState
     from metacog_fast.agents.scienceworld.swift_eval import top1_agreement
-    from metacog_fast.metrics import mcnemar_exact
+    from metacog_fast.metrics import mcnemar_exact, rate_with_interval
 
     cfg.validate()
     if not os.path.isfile(cfg.ranker):
@@ -169,8 +169,6 @@ def evaluate_swift_agreement(out_dir: str | Path, cfg: SwiftAgreementConfig) -> 
                 llm.close()
     ranker_in_top_k = []
     for ex in examples:
-        from metacog_fast.agents.scienceworld.swift import SwiftState
-
         s = SwiftState(ex.task, ex.observation, ex.last_action, ex.valid, ex.executed)
         ranker_in_top_k.append(ex.gold in ranker.candidates(s, cfg.k))
     paired = {}
@@ -181,8 +179,6 @@ def evaluate_swift_agreement(out_dir: str | Path, cfg: SwiftAgreementConfig) -> 
             if uri != BASE and BASE in cfg.llms:
                 base = proposer_name(BASE, p, cfg.k)
                 paired[f"{name} vs {base}"] = mcnemar_exact(results[name]["hits"], results[base]["hits"])
-    from metacog_fast.metrics import rate_with_interval
-
     by_task: dict[str, dict[str, float]] = {}
     for name, res in results.items():
         for r, hit in zip(rows, res["hits"]):
