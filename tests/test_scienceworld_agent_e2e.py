@@ -88,3 +88,31 @@ def test_report_tables_and_chart(run) -> None:
     md = open(os.path.join(out, "tables.md")).read()
     assert "Table 1" in md and "Table 2" in md and "find-plant" in md
     assert os.path.getsize(os.path.join(out, "scores.png")) > 1000
+
+
+def test_llm_swift_among_the_rankers_candidates(run, tmp_path) -> None:
+    """``swift="llm-ranker"``: the LLM chooses among the ranker's top-8 (the options the fine-tuned
+    Swift was measured on); the run trains or reuses the ranker like ``swift="ranker"``."""
+    import shutil
+
+    from metacog_fast.agents.scienceworld.runner import make_swift
+    from metacog_fast.llm import open_llm
+
+    out, _cfg, _res = run
+    (tmp_path / "run").mkdir()
+    shutil.copy(os.path.join(out, "ranker.npz"), tmp_path / "run" / "ranker.npz")
+    llm = open_llm(n_threads=1, n_ctx=2048)
+    try:
+        sw = make_swift("llm-ranker", tmp_path / "run", llm)
+        assert sw.name == "llm" and sw.prefilter == "ranker"
+        assert make_swift("llm", tmp_path, llm).prefilter == "lexical"
+    finally:
+        llm.close()
+    cfg = RunConfig(tasks=[13], variations=1, max_steps=3, budget_factor=0.0, warmup_per_task=0, workers=1,
+                    configs=["baseline"], swift="llm-ranker")
+    run_protocol(str(tmp_path / "run"), cfg)
+    files = os.listdir(tmp_path / "run" / "episodes" / "baseline")
+    ep = json.load(open(tmp_path / "run" / "episodes" / "baseline" / files[0]))
+    assert 1 <= ep["steps"] <= 3 and ep["mechanisms"]["swift_steps"] + ep["mechanisms"]["buffer_steps"] == ep["steps"]
+    with pytest.raises(ValueError, match="swift"):
+        RunConfig(tasks=[13], swift="gpt").validate()

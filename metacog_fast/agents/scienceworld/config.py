@@ -8,6 +8,10 @@ from typing import Any
 CONFIG_NAMES = ("baseline", "amm", "srm", "full")
 
 
+SWIFT_KINDS = ("ranker", "llm", "llm-ranker")
+"""Swift proposers (``AgentConfig.swift``)."""
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     """Everything that changes the agent's behaviour in an episode."""
@@ -17,7 +21,9 @@ class AgentConfig:
     use_srm: bool = False
     """Self-Reflection Module: Gate-1 before every execution, stagnation signals, the Critic."""
     swift: str = "ranker"
-    """Swift proposer: "ranker" (learned imitation ranker) or "llm" (LLM constrained choice)."""
+    """Swift proposer: "ranker" (learned imitation ranker), "llm" (LLM constrained choice among a
+    lexical top-8) or "llm-ranker" (LLM constrained choice among the ranker's top-8, the options the
+    fine-tuned Swift was measured on, docs/finetune.md)."""
     max_steps: int = 50
     """Agent actions per episode: the budget, or its floor when ``budget_factor`` > 0."""
     budget_factor: float = 1.5
@@ -50,8 +56,8 @@ class AgentConfig:
     """Seed of LLM sampling and ranker tie-breaking."""
 
     def validate(self) -> "AgentConfig":
-        if self.swift not in ("ranker", "llm"):
-            raise ValueError(f"swift: expected 'ranker' or 'llm', got {self.swift!r}")
+        if self.swift not in SWIFT_KINDS:
+            raise ValueError(f"swift: expected one of {', '.join(SWIFT_KINDS)}, got {self.swift!r}")
         for name in ("max_steps", "sage_candidates", "sage_actions", "plan_every", "no_progress_steps",
                      "stagnation_window", "memory_k", "history"):
             if getattr(self, name) < 1:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from metacog_fast.agents.scienceworld.config import CONFIG_NAMES, config_for
+from metacog_fast.agents.scienceworld.config import CONFIG_NAMES, SWIFT_KINDS, config_for
 from metacog_fast.agents.scienceworld.store import write_json
 from metacog_fast.runs import ExecutorConfig, Record, RunFolder, SideFile, Task, run_tasks
 from metacog_fast.agents.scienceworld.swift import GoldExample, LLMSwift, RankerModel, RankerSwift, train_ranker
@@ -49,7 +49,7 @@ class RunConfig:
     warmup_per_task: int = 2
     """AMM warm-up episodes per task (train variations; excluded from the metrics). 2 x 30 tasks = the paper's 60."""
     swift: str = "ranker"
-    """Swift proposer: ranker or llm."""
+    """Swift proposer: ranker, llm (lexical top-8) or llm-ranker (the LLM chooses among the ranker's top-8)."""
     workers: int = 1
     """Worker processes (tasks are spread over them); ``ExecutorConfig.workers`` overrides it."""
     llm: str | None = None
@@ -72,6 +72,8 @@ class RunConfig:
             raise ValueError(f"budget_factor: expected >= 0, got {self.budget_factor}")
         if self.warmup_per_task < 0:
             raise ValueError(f"warmup_per_task: expected >= 0, got {self.warmup_per_task}")
+        if self.swift not in SWIFT_KINDS:
+            raise ValueError(f"swift: expected one of {', '.join(SWIFT_KINDS)}, got {self.swift!r}")
         return self
 
 
@@ -201,9 +203,10 @@ def _llm(cfg: RunConfig) -> Any:
 
 
 def make_swift(kind: str, workdir: str | Path, llm: LLM) -> RankerSwift | LLMSwift:
-    if kind == "ranker":
-        return RankerSwift(RankerModel.load(os.path.join(workdir, "ranker.npz")))
-    return LLMSwift(llm)
+    if kind == "llm":
+        return LLMSwift(llm)
+    ranker = RankerSwift(RankerModel.load(os.path.join(workdir, "ranker.npz")))
+    return ranker if kind == "ranker" else LLMSwift(llm, ranker=ranker)
 
 
 def play_task(payload: dict[str, Any], done: Mapping[str, Any], workdir: Path) -> Iterator[Record | SideFile]:
@@ -291,12 +294,12 @@ def run_protocol(run: str, cfg: RunConfig, executor: ExecutorConfig | None = Non
     folder = RunFolder(run, asdict(cfg), ignore=("workers",), snapshot="run.json",
                        extra={"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     t0 = time.perf_counter()
-    gold = cfg.swift == "ranker" and not (folder.root / "ranker.npz").exists()
+    gold = cfg.swift != "llm" and not (folder.root / "ranker.npz").exists()
     names = {t: resolve_task(t) for t in cfg.tasks}
     prep = [Task(f"prepare/{t}", {"task": t, "gold": gold, "train_variations": cfg.train_variations},
                  (plan_key(names[t]),) + ((gold_key(t),) if gold else ())) for t in cfg.tasks]
     run_tasks(folder, prep, prepare_task, executor, family_workers=cfg.workers, desc="scienceworld/prepare")
-    if cfg.swift == "ranker":
+    if cfg.swift != "llm":
         ensure_ranker(folder, cfg)
     uses_amm = any(config_for(c).use_amm for c in cfg.configs)
     tasks = []
