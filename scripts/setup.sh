@@ -35,7 +35,16 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$src_hash" ] || ! python -c "imp
   # this project); only the project itself builds without it.
   # shellcheck disable=SC2086
   mapfile -t deps < <(python scripts/project_deps.py $METACOG_EXTRAS)
-  python -m pip install "${deps[@]}"
+  # llama.cpp compiles for this CPU (-march=native), AMX included where the CPU reports it. On a
+  # Sapphire Rapids virtual machine here, ggml's AMX matmul died with SIGILL (tilezero in an OpenMP
+  # worker) on the first decode, so AMX is compiled out; AVX-512 with VNNI and BF16 stays.
+  # CMAKE_ARGS reaches every CMake-built dependency (not the project); the flags only remove AMX.
+  deps_cmake_args=${CMAKE_ARGS:-}
+  if [ "$(uname -m)" = x86_64 ] && echo 'int x;' | "${CC:-cc}" -mno-amx-tile -x c -c - -o /dev/null 2>/dev/null; then
+    noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    deps_cmake_args="$deps_cmake_args -DCMAKE_C_FLAGS='$noamx' -DCMAKE_CXX_FLAGS='$noamx'"
+  fi
+  CMAKE_ARGS="$deps_cmake_args" python -m pip install "${deps[@]}"
   python -m pip install --no-build-isolation --no-deps -e .
   echo "$src_hash" > "$stamp"
 else

@@ -78,6 +78,16 @@ def test_dataset_resumes_and_refuses_another_config(dataset, tmp_path):
     assert len(games) == 12 and len({g.parent.parent.name.split("-")[0] for g in games}) == 6
 
 
+def test_skip_games_extends_an_earlier_dataset_with_disjoint_games():
+    every = select_walkthrough_games("train", 12)
+    assert select_walkthrough_games("train", 7, skip_games=5) == every[5:12]
+    assert select_walkthrough_games("train", None, skip_games=5)[:7] == every[5:12]
+    with pytest.raises(ValueError, match="skip_games"):
+        DataConfig(skip_games=-1).validate()
+    with pytest.raises(ValueError, match="skip_games: 100000 leaves none"):
+        select_walkthrough_games("train", 3, skip_games=100_000)
+
+
 def test_token_labels_cover_exactly_the_loss_spans(dataset):
     from metacog_fast.finetune.base import load_tokenizer
 
@@ -248,6 +258,42 @@ def test_adapter_merged_on_first_use_matches_the_merged_export(trained, tmp_path
     shutil.rmtree(tmp_path / "models" / ".merged")
     with pytest.raises(ValueError, match="sha256 differs"):
         resolve_model_folder(tmp_path / "a")
+
+
+def test_an_exported_adapter_reads_back_and_continues_training(trained, tmp_path, monkeypatch):
+    """read_adapter inverts the adapter export (float16 rounding only, Q/K rows un-permuted), and a
+    run started from it with init_adapter begins where that run ended: its first loss is below the
+    first loss of the run that trained the adapter. A rank that differs from the adapter's is refused."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    from metacog_fast.finetune.export import ExportConfig, export_gguf, read_adapter
+
+    run, _facts, _killed, data = trained
+    monkeypatch.setenv("METACOG_MODELS_HOME", str(tmp_path / "models"))
+    export_gguf(run, tmp_path / "a", ExportConfig(format="adapter", name="tiny-continue"))
+    pairs, alpha, r = read_adapter(str(tmp_path / "a"))
+    assert (r, alpha) == (SFTConfig().lora_r, float(SFTConfig().lora_alpha))
+    want = load_file(str(run / "final" / "adapter_model.safetensors"))
+    assert len(pairs) * 2 == len(want) == 30 * 7 * 2
+    for key, value in want.items():
+        module, half = key.removeprefix("base_model.model.").rsplit(".lora_", 1)
+        got = pairs[module][0 if half.startswith("A") else 1]
+        np.testing.assert_allclose(got, value, rtol=2e-3, atol=1e-6, err_msg=key)
+    assert read_adapter("finetuned:tiny-continue")[0].keys() == pairs.keys()
+
+    first = lambda folder: next(json.loads(x)["loss"] for x in (folder / "train_log.jsonl").read_text().splitlines()
+                                if "loss" in json.loads(x))
+    cont = tmp_path / "cont"
+    train_sft(data, cont, SFTConfig(**TINY, init_adapter=str(tmp_path / "a")), max_steps=1)
+    assert first(cont) < first(run)
+    with pytest.raises(ValueError, match="init_adapter: .* has r 16"):
+        train_sft(data, tmp_path / "r8", SFTConfig(**{**TINY, "lora_r": 8}, init_adapter=str(tmp_path / "a")),
+                  max_steps=1)
+    with pytest.raises(ValueError, match="init_adapter: only a LoRA run"):
+        SFTConfig(method="full", init_adapter="finetuned:tiny-continue").validate()
+    with pytest.raises(ValueError, match="init_adapter: unknown model name"):
+        read_adapter("finetuned:nope")
 
 
 def test_unknown_finetuned_name_lists_what_is_known(tmp_path, monkeypatch):

@@ -6,7 +6,9 @@ modules are imported, so ``metacog --help``, ``info`` and ``demo`` stay fast.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 
 from metacog_fast.cli.commands import attach, top_level
 from metacog_fast.cli.dataclass_args import ConfigError
@@ -51,7 +53,19 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (``kill PID``) raise SystemExit(143) in this process, so that the ``finally``
+    blocks and context managers of a long command run: a pool of worker processes is terminated with
+    its driver instead of playing its shards on, orphaned. Python's default ends the process alone."""
+    def _raise(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise)
+
+
 def main(argv: list[str] | None = None) -> int:
+    exit_on_sigterm()
     argv = sys.argv[1:] if argv is None else list(argv)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(load=chosen if chosen in top_level() else None)

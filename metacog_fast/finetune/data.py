@@ -52,7 +52,11 @@ class DataConfig:
     """ALFWorld data folder (None: the environment's default lookup)."""
     max_games: int | None = None
     """Budget: at most this many walkthrough games, taken round-robin over the six task types
-    (None: every game of the split)."""
+    (None: every game of the split after ``skip_games``)."""
+    skip_games: int = 0
+    """Leave out the first this-many games of that round-robin order, so that a dataset can extend an
+    earlier one: ``--max-games 1200`` and then ``--skip-games 1200 --max-games 1500`` hold disjoint
+    games, 2,700 balanced ones together."""
     episode_runs: tuple[str, ...] = ()
     """Run folders whose successful agent episodes are added (``episodes/<game>/*.json``)."""
     episode_splits: tuple[str, ...] = ("valid_seen",)
@@ -69,18 +73,23 @@ class DataConfig:
             raise ValueError(f"episode_splits: {bad} not allowed (valid_unseen is held out; splits: {SPLITS})")
         if self.max_games is not None and (not isinstance(self.max_games, int) or self.max_games < 1):
             raise ValueError(f"max_games: expected None or an int >= 1, got {self.max_games!r}")
+        if not isinstance(self.skip_games, int) or self.skip_games < 0:
+            raise ValueError(f"skip_games: expected an int >= 0, got {self.skip_games!r}")
         if not isinstance(self.workers, int) or self.workers < 1:
             raise ValueError(f"workers: expected an int >= 1, got {self.workers!r}")
         return self
 
 
-def select_walkthrough_games(split: str, max_games: int | None, data: str | None = None) -> list[Path]:
+def select_walkthrough_games(split: str, max_games: int | None, data: str | None = None,
+                             skip_games: int = 0) -> list[Path]:
     """The split's games round-robin over the task types (sorted inside a type), so that every
-    prefix is balanced; the first ``max_games`` of them (None: all)."""
+    prefix is balanced; ``max_games`` of them (None: all) after the first ``skip_games``."""
     from metacog_fast.envs.alfworld_env import list_games, task_type_of
 
     games = list_games(split, data)
-    n = len(games) if max_games is None else min(max_games, len(games))
+    if skip_games >= len(games):
+        raise ValueError(f"skip_games: {skip_games} leaves none of the {len(games)} games of {split!r}")
+    n = len(games) if max_games is None else min(skip_games + max_games, len(games))
     by_type: dict[str, list[Path]] = {}
     for g in games:
         by_type.setdefault(task_type_of(g), []).append(g)
@@ -92,7 +101,7 @@ def select_walkthrough_games(split: str, max_games: int | None, data: str | None
             if r < len(by_type[t]) and len(out) < n:
                 out.append(by_type[t][r])
         r += 1
-    return out
+    return out[skip_games:]
 
 
 def play_walkthrough(env: Any, gamefile: Path, split: str) -> dict[str, Any]:
@@ -190,7 +199,7 @@ def build_dataset(out_dir: str | Path, cfg: DataConfig, games_dir: str | Path | 
             raise ValueError(f"{cfg_file}: the folder holds a dataset of another configuration; use another folder")
     write_json_atomic(cfg_file, _cfg_dict(cfg))
     t0 = time.perf_counter()
-    games = select_walkthrough_games(cfg.split, cfg.max_games, cfg.data)
+    games = select_walkthrough_games(cfg.split, cfg.max_games, cfg.data, cfg.skip_games)
     todo = [str(g) for g in games if not (games_root / f"{game_key(g)}.json").exists()]
     if todo:
         n = min(cfg.workers, len(todo))

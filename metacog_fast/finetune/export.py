@@ -147,6 +147,91 @@ def _permute_for(name: str, w: np.ndarray, heads: tuple[int, int]) -> np.ndarray
     return w
 
 
+def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """The inverse of :func:`permute_qk`: rows in llama.cpp's order back to transformers'."""
+    return (w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
+
+
+_HF_LINEAR = {g: hf for hf, g in _GGUF_LINEAR.items()}
+
+
+def _hf_module(gguf_tensor: str) -> str:
+    """transformers' module name of a llama.cpp linear weight name (``blk.3.attn_q.weight``)."""
+    m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.weight", gguf_tensor)
+    if not m or m[2] not in _HF_LINEAR:
+        raise ValueError(f"init_adapter: tensor {gguf_tensor!r} is not a Llama linear layer")
+    proj = _HF_LINEAR[m[2]]
+    return f"model.layers.{m[1]}.{'self_attn' if proj in ('q_proj', 'k_proj', 'v_proj', 'o_proj') else 'mlp'}.{proj}"
+
+
+def adapter_file(source: str) -> tuple[Path, str]:
+    """The GGUF LoRA adapter file and its base (``smollm2`` or a GGUF path) of ``source``:
+    ``finetuned:NAME``, a model folder written by ``export --format adapter``, or the ``.gguf`` itself."""
+    from metacog_fast.llm.models import list_named_models
+
+    if source.startswith("finetuned:"):
+        found = list_named_models()
+        name = source.split(":", 1)[1]
+        if name not in found:
+            raise ValueError(f"init_adapter: unknown model name {source!r}; known: {', '.join(sorted(found)) or 'none'}")
+        path = found[name]
+    else:
+        path = Path(source)
+    base = "smollm2"
+    if path.is_dir():
+        meta = path / "model.json"
+        if not meta.is_file():
+            raise FileNotFoundError(f"init_adapter: {path} is not a fine-tuned model folder (model.json missing)")
+        info = json.loads(meta.read_text())
+        if info.get("format") != "adapter":
+            raise ValueError(f"init_adapter: {path} holds a {info.get('format')!r} model; a LoRA adapter "
+                             "(export --format adapter) is needed to continue its training")
+        base, path = info.get("base") or "smollm2", path / info["file"]
+    if not path.is_file():
+        raise FileNotFoundError(f"init_adapter: {path} not found")
+    return path, base
+
+
+def read_adapter(source: str) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], float, int]:
+    """{transformers module name: (A [r, in], B [out, r]) float32}, alpha, r of a GGUF LoRA adapter
+    (see :func:`adapter_file`), Q/K rows back in transformers' order: the inverse of :func:`write_adapter`."""
+    import gguf
+
+    from metacog_fast.llm.models import default_gguf
+
+    GGUFReader = gguf.GGUFReader
+    path, base = adapter_file(source)
+    try:
+        reader = GGUFReader(str(path))
+    except Exception as exc:
+        raise ValueError(f"init_adapter: {path} is not a readable GGUF file ({type(exc).__name__}: {exc})") from exc
+    field = reader.fields.get(gguf.Keys.Adapter.LORA_ALPHA)
+    if field is None:
+        raise ValueError(f"init_adapter: {path} is not a LoRA adapter (no {gguf.Keys.Adapter.LORA_ALPHA})")
+    alpha = float(field.contents())
+    heads = _heads(GGUFReader(default_gguf() if base == "smollm2" else base))
+    halves: dict[str, list[Any]] = {}
+    for t in reader.tensors:
+        m = re.fullmatch(r"(.+\.weight)\.lora_([ab])", t.name)
+        if not m:
+            raise ValueError(f"init_adapter: unexpected tensor {t.name!r} in {path}")
+        halves.setdefault(m[1], [None, None])["ab".index(m[2])] = np.array(t.data, dtype=np.float32)
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    ranks = set()
+    for name, (a, b) in halves.items():
+        if a is None or b is None:
+            raise ValueError(f"init_adapter: {name} has only one of lora_a / lora_b in {path}")
+        if name.endswith(".attn_q.weight"):
+            b = unpermute_qk(b, heads[0])
+        elif name.endswith(".attn_k.weight"):
+            b = unpermute_qk(b, heads[1])
+        out[_hf_module(name)] = (a, b)
+        ranks.add(a.shape[0])
+    if len(ranks) != 1:
+        raise ValueError(f"init_adapter: {path} mixes LoRA ranks {sorted(ranks)}")
+    return out, alpha, ranks.pop()
+
+
 def write_adapter(path: Path, pairs: dict[str, tuple[np.ndarray, np.ndarray]], alpha: float,
                   base_reader: Any) -> None:
     """A GGUF LoRA adapter (``<tensor>.lora_a`` [r, in], ``<tensor>.lora_b`` [out, r], float16)."""

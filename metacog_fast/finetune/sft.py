@@ -58,6 +58,11 @@ class SFTConfig:
     """Passes over the selected transcripts."""
     learning_rate: float = 2e-4
     """Peak learning rate (cosine decay after a 3 % warm-up)."""
+    init_adapter: str | None = None
+    """Start the LoRA weights from a trained adapter instead of peft's initialisation, so that this
+    run continues that actor on this dataset: ``finetuned:NAME`` (the shipped ``finetuned:alfworld``),
+    a model folder of ``finetune export --format adapter``, or its ``.gguf``. Its rank and alpha must
+    be ``lora_r`` and ``lora_alpha``. None: a new adapter."""
     lora_r: int = 16
     """LoRA rank."""
     lora_alpha: int = 32
@@ -86,6 +91,9 @@ class SFTConfig:
                               ("logits", LOGITS), ("device", DEVICES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {getattr(self, name)!r}")
+        if self.init_adapter is not None and self.method != "lora":
+            raise ValueError(f"init_adapter: only a LoRA run (method 'lora') can start from an adapter, "
+                             f"got method {self.method!r}")
         bad = [s for s in self.sources if s not in TRAIN_SOURCES]
         if bad or not self.sources:
             raise ValueError(f"sources: expected some of {TRAIN_SOURCES}, got {list(self.sources)}")
@@ -261,12 +269,45 @@ def make_trainer(model: Any, tokenizer: Any, rows: list[dict[str, Any]], cfg: SF
     if cfg.method == "lora":
         peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
                                  target_modules="all-linear", task_type="CAUSAL_LM")
+    if peft_config is not None and cfg.init_adapter is not None:
+        model, peft_config = adapter_initialised(model, peft_config, cfg.init_adapter), None
     ds = Dataset.from_list([{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows])
     trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer,
                          peft_config=peft_config,
                          compute_loss_func=_full_logits_loss if cfg.logits == "all" else None,
                          callbacks=[ThroughputLog(out / "train_log.jsonl")])
     return trainer
+
+
+def adapter_initialised(model: Any, peft_config: Any, source: str) -> Any:
+    """``model`` wrapped with ``peft_config``'s LoRA layers holding the weights of the adapter at
+    ``source`` (:func:`metacog_fast.finetune.export.read_adapter`); every LoRA layer must get one."""
+    import torch
+    from peft import get_peft_model
+
+    from metacog_fast.finetune.export import read_adapter
+
+    pairs, alpha, r = read_adapter(source)
+    if (r, alpha) != (peft_config.r, float(peft_config.lora_alpha)):
+        raise ValueError(f"init_adapter: {source} has r {r}, alpha {alpha:g}; the run has lora_r "
+                         f"{peft_config.r}, lora_alpha {peft_config.lora_alpha} (set them to the adapter's)")
+    peft_model = get_peft_model(model, peft_config)
+    lora = {name.removeprefix("base_model.model."): mod for name, mod in peft_model.named_modules()
+            if hasattr(mod, "lora_A") and "default" in getattr(mod, "lora_A", {})}
+    if set(lora) != set(pairs):
+        missing, extra = sorted(set(lora) - set(pairs)), sorted(set(pairs) - set(lora))
+        raise ValueError(f"init_adapter: {source} does not cover this model's LoRA layers "
+                         f"(missing {missing[:3]}, unknown {extra[:3]})")
+    with torch.no_grad():
+        for name, mod in lora.items():
+            a, b = pairs[name]
+            wa, wb = mod.lora_A["default"].weight, mod.lora_B["default"].weight
+            if tuple(wa.shape) != a.shape or tuple(wb.shape) != b.shape:
+                raise ValueError(f"init_adapter: {name}: adapter shapes A {a.shape}, B {b.shape}, "
+                                 f"model A {tuple(wa.shape)}, B {tuple(wb.shape)}")
+            wa.copy_(torch.from_numpy(a))
+            wb.copy_(torch.from_numpy(b))
+    return peft_model
 
 
 def train_sft(data_dir: str | Path, out_dir: str | Path, cfg: SFTConfig, max_steps: int = -1,
