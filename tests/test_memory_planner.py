@@ -50,8 +50,12 @@ def test_threshold_search_is_exact_for_every_weighting(data_store):
             np.testing.assert_array_equal(got[1], want[1], err_msg=f"{w} {key}")
 
 
-def test_planner_recall_for_every_weighting(data_store):
+def test_planner_recall_for_every_weighting(data_store, monkeypatch):
     spec, s = data_store
+    # A threshold search that measured slower than the scan makes the planner scan the next calls
+    # (a timing verdict); on a loaded machine every threshold search can lose, and the recall of
+    # the threshold path would go unchecked. The verdicts are switched off here; the cost model stays.
+    monkeypatch.setattr(s._planner, "lost", lambda key: None)
     q = queries(spec, 12, seed=5)
     paths = set()
     for w in weight_grid():
