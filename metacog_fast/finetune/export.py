@@ -139,11 +139,13 @@ def _heads(reader: Any) -> tuple[int, int]:
     return int(f["llama.attention.head_count"].contents()), int(f["llama.attention.head_count_kv"].contents())
 
 
-def _permute_for(name: str, w: np.ndarray, heads: tuple[int, int]) -> np.ndarray:
+def _permute_for(name: str, w: np.ndarray, heads: tuple[int, int], inverse: bool = False) -> np.ndarray:
+    """Q/K rows of llama.cpp tensor ``name`` into llama.cpp's order (``inverse``: back to transformers')."""
+    f = unpermute_qk if inverse else permute_qk
     if name.endswith(".attn_q.weight"):
-        return permute_qk(w, heads[0])
+        return f(w, heads[0])
     if name.endswith(".attn_k.weight"):
-        return permute_qk(w, heads[1])
+        return f(w, heads[1])
     return w
 
 
@@ -199,17 +201,16 @@ def read_adapter(source: str) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]],
 
     from metacog_fast.llm.models import default_gguf
 
-    GGUFReader = gguf.GGUFReader
     path, base = adapter_file(source)
     try:
-        reader = GGUFReader(str(path))
+        reader = gguf.GGUFReader(str(path))
     except Exception as exc:
         raise ValueError(f"init_adapter: {path} is not a readable GGUF file ({type(exc).__name__}: {exc})") from exc
     field = reader.fields.get(gguf.Keys.Adapter.LORA_ALPHA)
     if field is None:
         raise ValueError(f"init_adapter: {path} is not a LoRA adapter (no {gguf.Keys.Adapter.LORA_ALPHA})")
     alpha = float(field.contents())
-    heads = _heads(GGUFReader(default_gguf() if base == "smollm2" else base))
+    heads = _heads(gguf.GGUFReader(default_gguf() if base == "smollm2" else base))
     halves: dict[str, list[Any]] = {}
     for t in reader.tensors:
         m = re.fullmatch(r"(.+\.weight)\.lora_([ab])", t.name)
@@ -221,11 +222,7 @@ def read_adapter(source: str) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]],
     for name, (a, b) in halves.items():
         if a is None or b is None:
             raise ValueError(f"init_adapter: {name} has only one of lora_a / lora_b in {path}")
-        if name.endswith(".attn_q.weight"):
-            b = unpermute_qk(b, heads[0])
-        elif name.endswith(".attn_k.weight"):
-            b = unpermute_qk(b, heads[1])
-        out[_hf_module(name)] = (a, b)
+        out[_hf_module(name)] = (a, _permute_for(name, b, heads, inverse=True))
         ranks.add(a.shape[0])
     if len(ranks) != 1:
         raise ValueError(f"init_adapter: {path} mixes LoRA ranks {sorted(ranks)}")
