@@ -84,7 +84,7 @@ def _swift_eval(a: argparse.Namespace) -> int:
 def _sft(a: argparse.Namespace) -> int:
     from metacog_fast.finetune.sft import SFTConfig, train_sft
 
-    facts = train_sft(a.data_dir, a.out, config_from_args(Flags(SFTConfig), a))
+    facts = train_sft(a.data_dir[0] if len(a.data_dir) == 1 else a.data_dir, a.out, config_from_args(Flags(SFTConfig), a))
     print(json.dumps(facts))
     return 0
 
@@ -119,6 +119,20 @@ def _reflections(a: argparse.Namespace) -> int:
     return 0
 
 
+def _dagger(a: argparse.Namespace) -> int:
+    from metacog_fast.finetune.dagger import DaggerConfig, collect_dagger
+
+    print(json.dumps(collect_dagger(a.out, config_from_args(Flags(DaggerConfig), a))))
+    return 0
+
+
+def _expert_eval(a: argparse.Namespace) -> int:
+    from metacog_fast.finetune.evaluate import ExpertEvalConfig, evaluate_expert
+
+    print(json.dumps(evaluate_expert(a.out, config_from_args(Flags(ExpertEvalConfig), a))))
+    return 0
+
+
 def _dpo(a: argparse.Namespace) -> int:
     from metacog_fast.finetune.dpo import DPOTrainConfig, train_dpo
 
@@ -139,7 +153,7 @@ def _scorer(a: argparse.Namespace) -> int:
 def attach(p: argparse.ArgumentParser) -> None:
     """Fills ``metacog finetune`` (:mod:`metacog_fast.cli.commands`)."""
     sub = p.add_subparsers(dest="finetune_cmd", required=True,
-                           metavar="{data,sft,export,eval,compare,reflections,dpo,scorer,swift-eval}")
+                           metavar="{data,dagger,sft,export,eval,expert-eval,compare,reflections,dpo,scorer,swift-eval}")
     d = sub.add_parser("data", help="play expert walkthroughs (and add our agents' wins) into an SFT dataset; "
                                     "--env scienceworld: gold paths of train variations for the Swift")
     d.add_argument("--out", required=True, help="dataset folder (resumed when it exists)")
@@ -151,10 +165,18 @@ def attach(p: argparse.ArgumentParser) -> None:
     for spec in _data_flags():
         add_config_flags(d, spec)
     d.set_defaults(func=_data)
+    from metacog_fast.finetune.dagger import DaggerConfig
     from metacog_fast.finetune.sft import SFTConfig
 
+    g = sub.add_parser("dagger", help="the actor plays, the hand-coded expert labels every state it reaches "
+                                      "(DAgger): an SFT dataset with the loss on the expert's commands (resumable)")
+    g.add_argument("--out", required=True, help="collection folder (resumed when it exists)")
+    add_config_flags(g, Flags(DaggerConfig))
+    g.set_defaults(func=_dagger)
     s = sub.add_parser("sft", help="LoRA / full SFT of the actor on a dataset (resumable)")
-    s.add_argument("--data-dir", required=True, help="dataset folder written by `metacog finetune data`")
+    s.add_argument("--data-dir", required=True, nargs="+",
+                   help="dataset folder(s) written by `metacog finetune data` or `metacog finetune dagger` "
+                        "(several: their union)")
     s.add_argument("--out", required=True, help="training folder (checkpoints, log; resumed when it exists)")
     add_config_flags(s, Flags(SFTConfig))
     s.set_defaults(func=_sft)
@@ -170,6 +192,13 @@ def attach(p: argparse.ArgumentParser) -> None:
     v.add_argument("--out", required=True, help="evaluation folder (resumed when it exists)")
     add_config_flags(v, Flags(EvalConfig))
     v.set_defaults(func=_eval)
+    from metacog_fast.finetune.evaluate import ExpertEvalConfig
+
+    x = sub.add_parser("expert-eval", help="ALFWorld's hand-coded expert on the evaluation games: "
+                                           "the imitation ceiling, with Wilson intervals")
+    x.add_argument("--out", required=True, help="output folder (summary.json, summary.md, episodes.jsonl)")
+    add_config_flags(x, Flags(ExpertEvalConfig))
+    x.set_defaults(func=_expert_eval)
     c = sub.add_parser("compare", help="game-paired comparison of two evaluation folders (McNemar, bootstrap)")
     c.add_argument("a", help="evaluation folder A")
     c.add_argument("b", help="evaluation folder B")

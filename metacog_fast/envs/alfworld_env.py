@@ -134,6 +134,10 @@ class AlfWorldConfig:
     """Episode limit (done=True after this many steps; success is still only info["won"])."""
     cache_dir: str | None = None
     """Folder for the on-disk PDDL translation cache (None = memory only)."""
+    handcoded_expert: bool = False
+    """Run ALFWorld's hand-coded searching expert beside the game (it needs the game's facts, so
+    textworld is asked for them): :meth:`AlfWorldEnv.handcoded_action` is its next command from the
+    current state, whatever commands led there (:mod:`metacog_fast.envs.alfworld_expert`)."""
 
 
 class AlfWorldEnv(Env):
@@ -159,7 +163,7 @@ class AlfWorldEnv(Env):
         from metacog_fast.envs import alfworld_cache
 
         self.cache = alfworld_cache.install(cfg.cache_dir)
-        infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
+        infos = textworld.EnvInfos(won=True, admissible_commands=True, facts=cfg.handcoded_expert, extras=["gamefile"])
         tw_env: Any = Limit(GenericEnvironment(infos), max_episode_steps=cfg.max_episode_steps)
         for wrapper in (AlfredDemangler(), AlfredInfos, Filter):
             tw_env = wrapper(tw_env)
@@ -171,6 +175,8 @@ class AlfWorldEnv(Env):
         self._on_path = True
         self._t = 0
         self._task = ""
+        self._expert: Any = None
+        self._expert_action: str | None = None
 
     def _resolve_game(self, game: int | str | os.PathLike[str]) -> Path:
         if isinstance(game, bool):
@@ -218,6 +224,11 @@ class AlfWorldEnv(Env):
         self._on_path = True
         self._task = _task_text(obs)
         info = self._info(tw_info)
+        if self.config.handcoded_expert:
+            from metacog_fast.envs.alfworld_expert import HandcodedExpert
+
+            self._expert = HandcodedExpert(target)
+            self._expert_action = self._expert.start(obs, info["admissible"], tw_info["facts"])
         info["cache"] = {
             "game_reloaded": reloaded,
             "translation_hits": stats.hits - hits0,
@@ -246,6 +257,8 @@ class AlfWorldEnv(Env):
         obs, score, done, tw_info = self._tw.step(action)
         self._t += 1
         info = self._info(tw_info)
+        if self._expert is not None:
+            self._expert_action = self._expert.after_step(action, obs, info["admissible"], tw_info["facts"], info["won"])
         return obs, float(score), bool(done), info
 
     @property
@@ -258,6 +271,15 @@ class AlfWorldEnv(Env):
         if self._on_path and self._t < len(self._walkthrough):
             return self._walkthrough[self._t]
         return None
+
+    def handcoded_action(self) -> str | None:
+        """The hand-coded expert's next command from the current state (None: it has given up, or
+        the game is won). Needs ``handcoded_expert=True``."""
+        if not self.config.handcoded_expert:
+            raise RuntimeError("handcoded_action: the environment was made without handcoded_expert=True")
+        if self._expert is None:
+            raise RuntimeError("handcoded_action: call reset() first")
+        return self._expert_action
 
     def close(self) -> None:
         self._tw.close()

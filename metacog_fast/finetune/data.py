@@ -4,6 +4,14 @@ Sources, each example tagged with its own:
 
 * ``alfworld_expert``: the expert walkthroughs of a split (``train`` by default), played in the
   real environment so that every observation is the one the agent will see;
+* ``alfworld_handcoded``: ALFWorld's hand-coded *searching* expert played on the same games
+  (``--expert handcoded``): it decides from what it has observed, so it searches receptacles,
+  opens closed ones and recovers from a wrong guess, which the planner's walkthrough (it knows
+  where every hidden object is) never shows (:mod:`metacog_fast.envs.alfworld_expert`); only its
+  won episodes within ``expert_max_steps`` are examples;
+* ``alfworld_dagger``: the actor's own episodes with the hand-coded expert's labels
+  (:mod:`metacog_fast.finetune.dagger`); the loss is taken only on the steps listed in the
+  example's ``loss_steps`` (the executed command was the expert's);
 * ``agent_episodes``: successful episodes recorded by our own agents (the paper's data), read from
   run folders; only episodes of games in ``episode_splits`` are taken, so that no evaluation game
   leaks into training.
@@ -11,6 +19,7 @@ Sources, each example tagged with its own:
 Layout of a dataset folder (resumable: a killed build keeps every finished game)::
 
     games/<game key>.json     one played walkthrough (atomic write; the folder may be shared)
+    games/<game key>.handcoded.json   one episode of the hand-coded expert
     dataset.jsonl             every example: id, source, split, gamefile, task_type, intro, pairs, won
     manifest.json             config, counts per source / task type, games, sha256 of dataset.jsonl
 """
@@ -32,11 +41,13 @@ from metacog_fast.agents.alfworld.protocol import game_key
 from metacog_fast.agents.alfworld.store import read_json, write_json_atomic
 from metacog_fast.envs.alfworld_env import SPLITS, TASK_TYPES
 
-SOURCES = ("alfworld_expert", "agent_episodes")
+SOURCES = ("alfworld_expert", "alfworld_handcoded", "alfworld_dagger", "agent_episodes")
 """The ALFWorld sources (the default of ``SFTConfig.sources``)."""
 TRAIN_SOURCES = SOURCES + ("scienceworld_gold",)
 """Every source SFT can train on: the ALFWorld ones and ScienceWorld gold paths
 (:mod:`metacog_fast.finetune.scienceworld_data`)."""
+EXPERTS = ("walkthrough", "handcoded")
+"""The experts that can play a dataset's games (``DataConfig.expert``)."""
 HELD_OUT_SPLITS = ("valid_unseen",)
 """Splits that never feed training (final measurement only)."""
 
@@ -63,6 +74,13 @@ class DataConfig:
     """Only agent episodes of games from these splits are taken (pre-deployment games)."""
     workers: int = 1
     """Processes playing walkthroughs or gold paths (each its own environment)."""
+    expert: str = "walkthrough"
+    """Which expert plays the games: ``walkthrough`` (the game's stored planner walkthrough, which
+    knows where hidden objects are) or ``handcoded`` (ALFWorld's hand-coded expert, which searches
+    from what it observes; source ``alfworld_handcoded``)."""
+    expert_max_steps: int = 50
+    """Step limit of a hand-coded expert episode (the evaluation's episode length): only episodes
+    it wins within it are examples."""
 
     def validate(self) -> "DataConfig":
         if self.split not in SPLITS or self.split in HELD_OUT_SPLITS:
@@ -77,6 +95,10 @@ class DataConfig:
             raise ValueError(f"skip_games: expected an int >= 0, got {self.skip_games!r}")
         if not isinstance(self.workers, int) or self.workers < 1:
             raise ValueError(f"workers: expected an int >= 1, got {self.workers!r}")
+        if self.expert not in EXPERTS:
+            raise ValueError(f"expert: expected one of {EXPERTS}, got {self.expert!r}")
+        if not isinstance(self.expert_max_steps, int) or self.expert_max_steps < 1:
+            raise ValueError(f"expert_max_steps: expected an int >= 1, got {self.expert_max_steps!r}")
         return self
 
 
@@ -118,21 +140,45 @@ def play_walkthrough(env: Any, gamefile: Path, split: str) -> dict[str, Any]:
             "pairs": pairs, "won": bool(info.get("won"))}
 
 
-def _play_games(args: tuple[str, list[str], str, str | None, int]) -> int:
-    games_root, gamefiles, split, data, position = args
+def play_handcoded(env: Any, gamefile: Path, split: str) -> dict[str, Any]:
+    """Play ALFWorld's hand-coded expert on ``gamefile`` until it wins, gives up or the episode
+    ends (``env`` made with ``handcoded_expert=True``; its episode limit is the step budget)."""
+    obs, info = env.reset(game=str(gamefile))
+    pairs: list[list[str]] = []
+    done = False
+    while not done:
+        a = env.handcoded_action()
+        if a is None:
+            break
+        o, _r, done, info = env.step(a)
+        pairs.append([a, " ".join(o.split())])
+    return {"id": f"alfworld_handcoded/{split}/{game_key(gamefile)}", "source": "alfworld_handcoded", "split": split,
+            "gamefile": str(Path(*gamefile.parts[-3:])), "task_type": info["task_type"], "intro": strip_intro(obs),
+            "pairs": pairs, "won": bool(info.get("won")), "expert_gave_up": env._expert.gave_up}
+
+
+def _record_name(gamefile: str | Path, expert: str) -> str:
+    return f"{game_key(gamefile)}.json" if expert == "walkthrough" else f"{game_key(gamefile)}.{expert}.json"
+
+
+def _play_games(args: tuple[str, list[str], str, str | None, int, str, int]) -> int:
+    games_root, gamefiles, split, data, position, expert, max_steps = args
     from tqdm import tqdm
 
     from metacog_fast.envs import make_env
 
     games_dir = Path(games_root)
-    env = make_env("alfworld", split=split, data=data, max_episode_steps=200)
+    if expert == "handcoded":
+        env = make_env("alfworld", split=split, data=data, max_episode_steps=max_steps, handcoded_expert=True)
+    else:
+        env = make_env("alfworld", split=split, data=data, max_episode_steps=200)
     played = 0
     try:
-        for g in tqdm(gamefiles, desc=f"walkthroughs[{position}]", position=position, file=sys.stderr,
+        for g in tqdm(gamefiles, desc=f"{expert}[{position}]", position=position, file=sys.stderr,
                       dynamic_ncols=True, mininterval=2.0):
             p = Path(g)
-            rec = play_walkthrough(env, p, split)
-            write_json_atomic(games_dir / f"{game_key(p)}.json", rec)
+            rec = play_handcoded(env, p, split) if expert == "handcoded" else play_walkthrough(env, p, split)
+            write_json_atomic(games_dir / _record_name(p, expert), rec)
             played += 1
     finally:
         env.close()
@@ -194,23 +240,23 @@ def build_dataset(out_dir: str | Path, cfg: DataConfig, games_dir: str | Path | 
     out.mkdir(parents=True, exist_ok=True)
     cfg_file = out / "config.json"
     if cfg_file.exists():
-        old = read_json(cfg_file)
+        old = {**_cfg_dict(DataConfig()), **read_json(cfg_file)}  # fields added since it was written: defaults
         if {k: v for k, v in old.items() if k != "workers"} != {k: v for k, v in _cfg_dict(cfg).items() if k != "workers"}:
             raise ValueError(f"{cfg_file}: the folder holds a dataset of another configuration; use another folder")
     write_json_atomic(cfg_file, _cfg_dict(cfg))
     t0 = time.perf_counter()
     games = select_walkthrough_games(cfg.split, cfg.max_games, cfg.data, cfg.skip_games)
-    todo = [str(g) for g in games if not (games_root / f"{game_key(g)}.json").exists()]
+    todo = [str(g) for g in games if not (games_root / _record_name(g, cfg.expert)).exists()]
     if todo:
         n = min(cfg.workers, len(todo))
         shards = [todo[i::n] for i in range(n)]
-        jobs = [(str(games_root), s, cfg.split, cfg.data, i) for i, s in enumerate(shards)]
+        jobs = [(str(games_root), s, cfg.split, cfg.data, i, cfg.expert, cfg.expert_max_steps) for i, s in enumerate(shards)]
         if n == 1:
             _play_games(jobs[0])
         else:
             with mp.get_context("spawn").Pool(n) as pool:
                 pool.map(_play_games, jobs)
-    records = [read_json(games_root / f"{game_key(g)}.json") for g in games]
+    records = [read_json(games_root / _record_name(g, cfg.expert)) for g in games]
     expert = [r for r in records if r["won"]]
     episodes = _agent_episode_examples(cfg.episode_runs, cfg.episode_splits)
     examples = expert + episodes
@@ -271,5 +317,6 @@ def iter_sources(examples: Iterable[dict[str, Any]], sources: Sequence[str]) -> 
     return [e for e in examples if e["source"] in sources]
 
 
-__all__ = ["DataConfig", "SOURCES", "TRAIN_SOURCES", "build_dataset", "load_dataset", "play_walkthrough", "select_walkthrough_games",
+__all__ = ["DataConfig", "SOURCES", "TRAIN_SOURCES", "build_dataset", "load_dataset", "play_handcoded", "play_walkthrough",
+           "select_walkthrough_games",
            "iter_sources"]

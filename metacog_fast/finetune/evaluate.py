@@ -127,6 +127,62 @@ def evaluate(out_dir: str | Path, cfg: EvalConfig) -> dict[str, Any]:
     return {k: v for k, v in s.items() if k != "per_game"}
 
 
+@dataclass
+class ExpertEvalConfig:
+    """ALFWorld's hand-coded expert on the evaluation games (the same games ``eval`` plays)."""
+
+    split: str = "valid_train"
+    """Evaluation split."""
+    tasks: int = 60
+    """Games, round-robin over the six task types (the order of ``metacog finetune eval``)."""
+    max_steps: int = 50
+    """Environment steps per episode."""
+
+
+def evaluate_expert(out_dir: str | Path, cfg: ExpertEvalConfig) -> dict[str, Any]:
+    """Play the hand-coded expert on the evaluation games: the success an actor that imitated it
+    perfectly would have (its ceiling), with Wilson intervals; per game in ``episodes.jsonl``."""
+    import json
+    import time
+
+    from metacog_fast._atomic import atomic_open
+    from metacog_fast.agents.alfworld.protocol import select_games
+    from metacog_fast.envs import make_env
+    from metacog_fast.finetune.data import play_handcoded
+    from metacog_fast.metrics import mean_steps_charged, rate_with_interval
+
+    if cfg.tasks < 1 or cfg.max_steps < 1:
+        raise ValueError(f"tasks, max_steps: expected positive ints, got {cfg.tasks}, {cfg.max_steps}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    env = make_env("alfworld", split=cfg.split, max_episode_steps=cfg.max_steps, handcoded_expert=True)
+    try:
+        records = []
+        for g in select_games(cfg.split, cfg.tasks):
+            r = play_handcoded(env, Path(g["gamefile"]), cfg.split)
+            records.append({"game": g["game"], "task_type": r["task_type"], "won": r["won"], "steps": len(r["pairs"]),
+                            "gave_up": r["expert_gave_up"], "actions": [a for a, _ in r["pairs"]]})
+    finally:
+        env.close()
+    with atomic_open(out / "episodes.jsonl", "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    won = [bool(r["won"]) for r in records]
+    s: dict[str, Any] = {
+        "actor": "alfworld hand-coded expert (HandCodedTWAgent)", "episodes": len(records), "games": len(records),
+        "success": rate_with_interval(won), "mean_steps_charged": mean_steps_charged([r["steps"] for r in records], won),
+        "by_task_type": {t: rate_with_interval([bool(r["won"]) for r in records if r["task_type"] == t])
+                         for t in TASK_TYPES if any(r["task_type"] == t for r in records)},
+        "per_game": {r["game"]: [bool(r["won"])] for r in records},
+        "config": asdict(cfg), "wall_seconds": time.perf_counter() - t0,
+    }
+    write_json_atomic(out / "summary.json", s)
+    (out / "summary.md").write_text(_table({**s, "llm_tokens": {"prompt": 0, "completion": 0}, "mapped_share": {}},
+                                           f"hand-coded expert on {cfg.split}"))
+    return {k: v for k, v in s.items() if k != "per_game"}
+
+
 def compare(a_dir: str | Path, b_dir: str | Path) -> dict[str, Any]:
     """Game-paired comparison of two evaluations (A - B): exact McNemar on the games both played
     (first test episode) and a paired bootstrap of the per-game success rates."""

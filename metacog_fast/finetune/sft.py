@@ -171,7 +171,11 @@ def build_rows(tokenizer: Any, examples: list[dict[str, Any]], cfg: SFTConfig,
         else:
             shots = (few_shot or {}).get(e["task_type"], [])[: cfg.examples]
             t = actor_transcript(e["intro"], e["pairs"], shots)
-            ids, labels = token_labels(tokenizer, t.text, t.loss_spans(cfg.loss), cfg.max_length)
+            spans = t.loss_spans(cfg.loss)
+            if "loss_steps" in e:  # DAgger: only the commands that were the expert's are targets
+                drop = set(t.action_spans) - {t.action_spans[i] for i in e["loss_steps"]}
+                spans = [sp for sp in spans if sp not in drop]
+            ids, labels = token_labels(tokenizer, t.text, spans, cfg.max_length)
         if cfg.max_tokens is not None and total + len(ids) > cfg.max_tokens and rows:
             break
         total += len(ids)
@@ -312,7 +316,8 @@ def adapter_initialised(model: Any, peft_config: Any, source: str) -> Any:
 
 def train_sft(data_dir: str | Path, out_dir: str | Path, cfg: SFTConfig, max_steps: int = -1,
               few_shot: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
-    """Train (or resume) an SFT run on the dataset in ``data_dir``; returns the run's facts."""
+    """Train (or resume) an SFT run on the dataset in ``data_dir`` (or the union of several dataset
+    folders, a list: e.g. hand-coded expert episodes and DAgger relabels); returns the run's facts."""
     import transformers
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -321,10 +326,14 @@ def train_sft(data_dir: str | Path, out_dir: str | Path, cfg: SFTConfig, max_ste
     cfg.validate()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    examples = load_dataset(data_dir)
-    manifest = Path(data_dir) / "manifest.json"
-    sha = read_json(manifest).get("dataset_sha256") if manifest.is_file() else None
-    conf = {"sft": asdict(cfg), "data_dir": str(Path(data_dir).resolve()), "dataset_sha256": sha, "max_steps": max_steps}
+    dirs = [Path(d) for d in data_dir] if isinstance(data_dir, (list, tuple)) else [Path(data_dir)]
+    if not dirs:
+        raise ValueError("data_dir: expected at least one dataset folder")
+    examples = [e for d in dirs for e in load_dataset(d)]
+    shas = [read_json(d / "manifest.json").get("dataset_sha256") if (d / "manifest.json").is_file() else None for d in dirs]
+    sha: Any = shas[0] if len(dirs) == 1 else shas
+    where: Any = str(dirs[0].resolve()) if len(dirs) == 1 else [str(d.resolve()) for d in dirs]
+    conf = {"sft": asdict(cfg), "data_dir": where, "dataset_sha256": sha, "max_steps": max_steps}
     conf["sft"]["sources"] = list(cfg.sources)
     if (out / "config.json").exists():
         old = read_json(out / "config.json")
