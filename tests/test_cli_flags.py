@@ -284,8 +284,17 @@ def test_the_background_finetune_pipeline_command_lines_parse_to_their_configs()
     from metacog_fast.finetune.sft import SFTConfig
 
     a = _leaf(["finetune", "sft"]).parse_args("--data-dir D --out O --epochs 2 --learning-rate 5e-4".split())
-    assert (a.data_dir, a.out) == ("D", "O")
+    assert (a.data_dir, a.out) == (["D"], "O")
     assert config_from_args(Flags(SFTConfig), a) == SFTConfig(epochs=2.0, learning_rate=5e-4)
+    a = _leaf(["finetune", "sft"]).parse_args("--data-dir D1 D2 --out O".split())  # the union of two datasets
+    assert a.data_dir == ["D1", "D2"]
+    from metacog_fast.finetune.dagger import DaggerConfig
+    from metacog_fast.finetune.evaluate import ExpertEvalConfig
+
+    a = _leaf(["finetune", "dagger"]).parse_args("--out O --actor finetuned:alfworld-search --max-games 60 --beta 0.3".split())
+    assert config_from_args(Flags(DaggerConfig), a) == DaggerConfig(actor="finetuned:alfworld-search", max_games=60, beta=0.3)
+    a = _leaf(["finetune", "expert-eval"]).parse_args("--out O --tasks 12".split())
+    assert config_from_args(Flags(ExpertEvalConfig), a) == ExpertEvalConfig(tasks=12)
     a = _leaf(["finetune", "export"]).parse_args("--checkpoint C --out O --name alfworld-full".split())
     assert a.checkpoint == "C" and config_from_args(Flags(ExportConfig), a) == ExportConfig(name="alfworld-full")
     a = _leaf(["finetune", "eval"]).parse_args("--llm finetuned:alfworld-full --out O --tasks 60 --workers 2".split())
