@@ -24,16 +24,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+from metacog_fast.envs.alfworld_env import TASK_TYPES
 from metacog_fast.envs.base import EnvSetupError
-
-_TASK_TYPES = (
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-)
 
 
 def task_params_of(gamefile: str | Path) -> dict[str, Any]:
@@ -45,10 +37,10 @@ def task_params_of(gamefile: str | Path) -> dict[str, Any]:
     """
     name = Path(gamefile).parent.parent.name
     parts = name.split("-")
-    if len(parts) != 5 or parts[0] not in _TASK_TYPES:
+    if len(parts) != 5 or parts[0] not in TASK_TYPES:
         raise ValueError(
             f"gamefile: task folder {name!r} is not '<task type>-<object>-<movable receptacle>-<receptacle>-<scene>' "
-            f"with a task type of {_TASK_TYPES}"
+            f"with a task type of {TASK_TYPES}"
         )
     task, obj, mrecep, target, _scene = parts
     params: dict[str, Any] = {

@@ -122,6 +122,7 @@ def collect_dagger(out_dir: str | Path, cfg: DaggerConfig) -> dict[str, Any]:
     from metacog_fast.agents.alfworld.fewshot import load_examples
     from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT
     from metacog_fast.envs import make_env
+    from metacog_fast.envs.alfworld_env import task_type_of
     from metacog_fast.finetune.evaluate import EvalConfig, _examples_for
     from metacog_fast.llm import open_llm
 
@@ -143,10 +144,8 @@ def collect_dagger(out_dir: str | Path, cfg: DaggerConfig) -> dict[str, Any]:
         env = make_env("alfworld", split=cfg.split, max_episode_steps=cfg.max_steps, handcoded_expert=True)
         try:
             for g in tqdm(todo, desc="dagger games", dynamic_ncols=True, mininterval=2.0):
-                from metacog_fast.envs.alfworld_env import task_type_of
-
                 tt = task_type_of(g)
-                agent = ReActAgent(actor, {tt: shots.get(tt, [])} if shots else {tt: []}, ac, ActionMapper("none"))
+                agent = ReActAgent(actor, {tt: shots.get(tt, [])}, ac, ActionMapper("none"))
                 write_json_atomic(out / "games" / f"{game_key(g)}.json", play_dagger_game(env, agent, g, cfg))
         finally:
             env.close()
