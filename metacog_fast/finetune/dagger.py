@@ -34,6 +34,7 @@ from metacog_fast.agents.alfworld.fewshot import strip_intro
 from metacog_fast.agents.alfworld.protocol import game_key
 from metacog_fast.agents.alfworld.store import read_json, write_json_atomic
 from metacog_fast.finetune.data import HELD_OUT_SPLITS, select_walkthrough_games, sha256_file
+from metacog_fast.finetune.reflections import claim_collection
 
 
 @dataclass
@@ -127,12 +128,7 @@ def collect_dagger(out_dir: str | Path, cfg: DaggerConfig) -> dict[str, Any]:
     from metacog_fast.llm import open_llm
 
     cfg.validate()
-    out = Path(out_dir)
-    (out / "games").mkdir(parents=True, exist_ok=True)
-    conf_path = out / "config.json"
-    if conf_path.exists() and read_json(conf_path) != asdict(cfg):
-        raise ValueError(f"{conf_path}: the folder holds a collection of another configuration; use another --out")
-    write_json_atomic(conf_path, asdict(cfg))
+    out = claim_collection(out_dir, asdict(cfg))
     t0 = time.perf_counter()
     games = select_walkthrough_games(cfg.split, cfg.max_games, None, cfg.skip_games)
     todo = [g for g in games if not (out / "games" / f"{game_key(g)}.json").exists()]

@@ -62,6 +62,18 @@ class ReflectionDataConfig:
         return self
 
 
+def claim_collection(out_dir: str | Path, config: dict[str, Any]) -> Path:
+    """Make (or reopen) a per-game collection folder (``games/`` beside ``config.json``); a folder
+    holding a collection of another configuration is refused, so a rerun resumes only its own."""
+    out = Path(out_dir)
+    (out / "games").mkdir(parents=True, exist_ok=True)
+    conf_path = out / "config.json"
+    if conf_path.exists() and read_json(conf_path) != config:
+        raise ValueError(f"{conf_path}: the folder holds a collection of another configuration; use another --out")
+    write_json_atomic(conf_path, config)
+    return out
+
+
 def _open(uri: str | None, cfg: ReflectionDataConfig) -> Any:
     from metacog_fast.llm import open_llm
 
@@ -146,12 +158,7 @@ def collect(out_dir: str | Path, cfg: ReflectionDataConfig) -> dict[str, Any]:
     from metacog_fast.scoring import MiniLMEncoder
 
     cfg.validate()
-    out = Path(out_dir)
-    (out / "games").mkdir(parents=True, exist_ok=True)
-    conf_path = out / "config.json"
-    if conf_path.exists() and read_json(conf_path) != asdict(cfg):
-        raise ValueError(f"{conf_path}: the folder holds a collection of another configuration; use another --out")
-    write_json_atomic(conf_path, asdict(cfg))
+    out = claim_collection(out_dir, asdict(cfg))
     games = select_games(cfg.split, cfg.games)
     todo = [g for g in games if not (out / "games" / f"{g['game']}.json").exists()]
     if todo:
