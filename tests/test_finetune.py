@@ -104,6 +104,26 @@ def test_token_labels_cover_exactly_the_loss_spans(dataset):
     assert len(ids) == len(labels) == 20
 
 
+def test_rows_cut_at_max_length_are_counted(dataset):
+    """What max_length cuts off is counted, target tokens included, and the kept part is the head of
+    the uncut row."""
+    from metacog_fast.finetune.base import load_tokenizer
+
+    tok = load_tokenizer("smollm2")
+    ex = load_dataset(dataset[0])[:3]
+    full_cut: dict[str, int] = {}
+    full = build_rows(tok, ex, SFTConfig(max_length=4096), cut=full_cut)
+    assert full_cut == {"rows": 0, "target_tokens": 0}
+    short = min(len(r["input_ids"]) for r in full) - 1
+    cut: dict[str, int] = {}
+    rows = build_rows(tok, ex, SFTConfig(max_length=short), cut=cut)
+    assert cut["rows"] == 3
+    lost = sum(sum(1 for x in f["labels"][short:] if x != -100) for f in full)
+    assert cut["target_tokens"] == lost
+    for f, r in zip(full, rows):
+        assert r["input_ids"] == f["input_ids"][:short] and r["labels"] == f["labels"][:short]
+
+
 def test_selection_is_seeded_and_budgeted(dataset):
     ex = load_dataset(dataset[0])
     a = select_examples(ex, SFTConfig(seed=1, max_examples=4))

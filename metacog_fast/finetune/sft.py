@@ -19,6 +19,7 @@ import json
 import os
 import random
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -115,10 +116,10 @@ class SFTConfig:
         return self
 
 
-def token_labels(tokenizer: Any, text: str, spans: Sequence[tuple[int, int]], max_length: int
+def token_labels(tokenizer: Any, text: str, spans: Sequence[tuple[int, int]], max_length: int | None
                  ) -> tuple[list[int], list[int]]:
     """(input_ids, labels) of ``text``: a token keeps its id as label when it starts inside one of
-    ``spans`` (character spans, sorted), else -100; cut to ``max_length`` tokens."""
+    ``spans`` (character spans, sorted), else -100; cut to ``max_length`` tokens (None: not cut)."""
     enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
     ids = list(enc["input_ids"])[:max_length]
     labels = [-100] * len(ids)
@@ -162,9 +163,14 @@ def select_examples(examples: list[dict[str, Any]], cfg: SFTConfig) -> list[dict
 
 
 def build_rows(tokenizer: Any, examples: list[dict[str, Any]], cfg: SFTConfig,
-               few_shot: dict[str, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
-    """Tokenised rows {input_ids, labels, id} of the selected examples, within the token budget."""
+               few_shot: dict[str, list[dict[str, Any]]] | None = None,
+               cut: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """Tokenised rows {input_ids, labels, id} of the selected examples, within the token budget.
+    ``cut``, when given, receives what ``max_length`` cut off: ``rows`` (transcripts longer than it)
+    and ``target_tokens`` (loss tokens past it, never trained on)."""
     rows, total = [], 0
+    if cut is not None:
+        cut.update(rows=0, target_tokens=0)
     for e in examples:
         if "prompt" in e:
             ids, labels = decision_labels(tokenizer, e, cfg.loss, cfg.max_length)
@@ -175,7 +181,12 @@ def build_rows(tokenizer: Any, examples: list[dict[str, Any]], cfg: SFTConfig,
             if "loss_steps" in e:  # DAgger: only the commands that were the expert's are targets
                 drop = set(t.action_spans) - {t.action_spans[i] for i in e["loss_steps"]}
                 spans = [sp for sp in spans if sp not in drop]
-            ids, labels = token_labels(tokenizer, t.text, spans, cfg.max_length)
+            ids, labels = token_labels(tokenizer, t.text, spans, None)
+            if len(ids) > cfg.max_length:
+                if cut is not None:
+                    cut["rows"] += 1
+                    cut["target_tokens"] += sum(1 for x in labels[cfg.max_length:] if x != -100)
+                ids, labels = ids[: cfg.max_length], labels[: cfg.max_length]
         if cfg.max_tokens is not None and total + len(ids) > cfg.max_tokens and rows:
             break
         total += len(ids)
@@ -352,7 +363,12 @@ def train_sft(data_dir: str | Path, out_dir: str | Path, cfg: SFTConfig, max_ste
     transformers.set_seed(cfg.seed)
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(cfg.base)
-    rows = build_rows(tokenizer, select_examples(examples, cfg), cfg, few_shot)
+    cut: dict[str, int] = {}
+    rows = build_rows(tokenizer, select_examples(examples, cfg), cfg, few_shot, cut)
+    if cut["rows"]:
+        warnings.warn(f"max_length: {cut['rows']} of {len(rows)} transcripts are longer than {cfg.max_length} tokens; "
+                      f"their last {cut['target_tokens']} target tokens are never trained on (raise --max-length)",
+                      stacklevel=2)
     model = load_model(cfg.base)
     trainer = make_trainer(model, tokenizer, rows, cfg, out, max_steps)
     t_train = time.perf_counter()
@@ -365,6 +381,7 @@ def train_sft(data_dir: str | Path, out_dir: str | Path, cfg: SFTConfig, max_ste
     facts = {
         "examples": len(rows), "tokens_per_epoch": n_tokens,
         "loss_tokens_per_epoch": sum(sum(1 for x in r["labels"] if x != -100) for r in rows),
+        "rows_cut_at_max_length": cut["rows"], "target_tokens_cut_at_max_length": cut["target_tokens"],
         "steps": state.global_step, "epochs": state.epoch, "resumed_from": last,
         "final_train_loss": result.training_loss, "train_seconds_this_call": train_s,
         "tokens_seen": int(state.num_input_tokens_seen or 0),
