@@ -13,6 +13,9 @@ cd "$(dirname "$0")/.."
 M=.venv/bin/metacog
 R=runs/finetune
 mkdir -p "$R/logs"
+# The expert's played games (and the DAgger collections) are committed under results/finetune/records,
+# so a fresh checkout replays none of them; the builders only check and index them.
+[ -d $R/games_train ] || tar -xzf results/finetune/records/handcoded_train_games.tar.gz -C $R
 $M finetune expert-eval --out $R/expert_valid_train60 >> $R/logs/expert_eval.log 2>&1
 $M finetune data --out $R/data_hc900 --expert handcoded --max-games 900 --games-dir $R/games_train \
   --workers 2 >> $R/logs/data_hc900.log 2>&1
