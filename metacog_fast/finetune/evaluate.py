@@ -185,7 +185,8 @@ def evaluate_expert(out_dir: str | Path, cfg: ExpertEvalConfig) -> dict[str, Any
 
 def compare(a_dir: str | Path, b_dir: str | Path) -> dict[str, Any]:
     """Game-paired comparison of two evaluations (A - B): exact McNemar on the games both played
-    (first test episode) and a paired bootstrap of the per-game success rates."""
+    (first test episode), a paired bootstrap of the per-game success rates, and McNemar within each
+    task type (with each side's wins)."""
     from metacog_fast.metrics import mcnemar_exact, paired_bootstrap
 
     a = read_json(Path(a_dir) / "summary.json")["per_game"]
@@ -195,5 +196,12 @@ def compare(a_dir: str | Path, b_dir: str | Path) -> dict[str, Any]:
         raise ValueError(f"compare: the two evaluations share {len(games)} games; expected at least 2")
     ra = [sum(a[g]) / len(a[g]) for g in games]
     rb = [sum(b[g]) / len(b[g]) for g in games]
-    return {"games": len(games), "mcnemar": mcnemar_exact([a[g][0] for g in games], [b[g][0] for g in games]),
-            "paired_bootstrap": paired_bootstrap(ra, rb)}
+    by_type = {}
+    for t in TASK_TYPES:  # game keys begin with their task type's folder name
+        gs = [g for g in games if g.startswith(t)]
+        if gs:
+            by_type[t] = {"games": len(gs), "a_won": sum(a[g][0] for g in gs), "b_won": sum(b[g][0] for g in gs),
+                          **mcnemar_exact([a[g][0] for g in gs], [b[g][0] for g in gs])}
+    return {"a": str(a_dir), "b": str(b_dir), "games": len(games),
+            "mcnemar": mcnemar_exact([a[g][0] for g in games], [b[g][0] for g in games]),
+            "paired_bootstrap": paired_bootstrap(ra, rb), "by_task_type_mcnemar": by_type}
