@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# DAgger from the shipped actor (docs/finetune.md, "Session 10"): the shipped actor
-# (finetuned:alfworld, trained on the walkthroughs of the first 1,200 train games of the balanced
-# order) plays 200 train games it has never seen (1,200-1,399, two collections side by side, one core
-# each); the hand-coded expert labels every state (beta 0.5). LoRA continues from the shipped adapter
+# DAgger from the walkthrough actor (docs/finetune.md, "Session 10"): the actor that shipped as
+# finetuned:alfworld until session 10 (trained on the walkthroughs of the first 1,200 train games of
+# the balanced order; restored below from the repository's history) plays 200 train games it has never seen (1,200-1,399, two collections side by side, one core
+# each); the hand-coded expert labels every state (beta 0.5). LoRA continues from its adapter
 # on the union of data_hc900 (the expert's own episodes) and the relabelled episodes, with the
 # options of scripts/finetune_handcoded.sh but transcripts cut at 2,048 tokens instead of 1,024 (the
 # longest is ~1,750, so none is cut; at 1,024 the last commands of the longest searches, which the
@@ -18,21 +18,28 @@ cd "$(dirname "$0")/.."
 M=.venv/bin/metacog
 R=runs/finetune
 mkdir -p "$R/logs"
+# The walkthrough actor that shipped until session 10 (finetuned:alfworld then; sha256 ef713440...):
+# round 0's actor and the adapter every round starts from, taken back out of the repository's history.
+W=$R/adapter_rr1200
+if [ ! -f $W/model.json ]; then
+  mkdir -p $W
+  for f in model.json adapter.gguf; do git show 262b4baab9:metacog_fast/llm/finetuned/alfworld/$f > $W/$f.tmp; mv $W/$f.tmp $W/$f; done
+fi
 # The expert's played games (and the DAgger collections) are committed under results/finetune/records,
 # so a fresh checkout replays none of them; the builders only check and index them.
 [ -d $R/games_train ] || tar -xzf results/finetune/records/handcoded_train_games.tar.gz -C $R
 [ -d $R/dagger0_a ] || tar -xzf results/finetune/records/dagger0.tar.gz -C $R
 $M finetune data --out $R/data_hc900 --expert handcoded --max-games 900 --games-dir $R/games_train \
   --workers 2 >> $R/logs/data_hc900.log 2>&1
-$M finetune dagger --out $R/dagger0_a --actor finetuned:alfworld --skip-games 1200 --max-games 100 \
+[ -f $R/dagger0_a/manifest.json ] || $M finetune dagger --out $R/dagger0_a --actor llama-cpp:///$PWD/$W --skip-games 1200 --max-games 100 \
   >> $R/logs/dagger0_a.log 2>&1 &
 A=$!
-$M finetune dagger --out $R/dagger0_b --actor finetuned:alfworld --skip-games 1300 --max-games 100 \
+[ -f $R/dagger0_b/manifest.json ] || $M finetune dagger --out $R/dagger0_b --actor llama-cpp:///$PWD/$W --skip-games 1300 --max-games 100 \
   >> $R/logs/dagger0_b.log 2>&1 &
 B=$!
 wait $A $B
 S=dagger0
-$M finetune sft --data-dir $R/data_hc900 $R/dagger0_a $R/dagger0_b --out $R/sft_$S --init-adapter finetuned:alfworld \
+$M finetune sft --data-dir $R/data_hc900 $R/dagger0_a $R/dagger0_b --out $R/sft_$S --init-adapter $W \
   --epochs 1 --learning-rate 5e-4 --max-length 2048 >> $R/logs/sft_$S.log 2>&1
 $M finetune export --checkpoint $R/sft_$S --out $R/model_$S --name alfworld-$S >> $R/logs/export_$S.log 2>&1
 [ -f $R/model_${S}_adapter/model.json ] || \
