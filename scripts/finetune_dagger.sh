@@ -16,30 +16,11 @@ cd "$(dirname "$0")/.."
 M=.venv/bin/metacog
 R=runs/finetune
 mkdir -p "$R/logs"
-# The walkthrough actor that shipped until session 10 (finetuned:alfworld then; sha256 ef713440...):
-# round 0's actor and the adapter every round starts from, taken back out of the repository's history.
-W=$R/adapter_rr1200
-if [ ! -f $W/model.json ]; then
-  mkdir -p $W
-  for f in model.json adapter.gguf; do git show 262b4baab9:metacog_fast/llm/finetuned/alfworld/$f > $W/$f.tmp; mv $W/$f.tmp $W/$f; done
-fi
-for rec in handcoded_train_games:games_train dagger0:dagger0_a dagger1:dagger1_a; do
-  [ -d $R/${rec#*:} ] || [ ! -f results/finetune/records/${rec%:*}.tar.gz ] || \
-    tar -xzf results/finetune/records/${rec%:*}.tar.gz -C $R
-done
-$M finetune data --out $R/data_hc900 --expert handcoded --max-games 900 --games-dir $R/games_train \
-  --workers 2 >> $R/logs/data_hc900.log 2>&1
-for half in a:1400 b:1500; do
-  [ -f $R/dagger1_${half%:*}/manifest.json ] || $M finetune dagger --out $R/dagger1_${half%:*} --actor finetuned:alfworld-dagger0 --skip-games ${half#*:} \
-    --max-games 100 >> $R/logs/dagger1_${half%:*}.log 2>&1 &
-done
-wait
-S=dagger1
-$M finetune sft --data-dir $R/data_hc900 $R/dagger0_a $R/dagger0_b $R/dagger1_a $R/dagger1_b --out $R/sft_$S \
-  --init-adapter $W --epochs 1 --learning-rate 5e-4 --max-length 2048 >> $R/logs/sft_$S.log 2>&1
-$M finetune export --checkpoint $R/sft_$S --out $R/model_$S --name alfworld-$S >> $R/logs/export_$S.log 2>&1
-[ -f $R/model_${S}_adapter/model.json ] || \
-  $M finetune export --checkpoint $R/sft_$S --out $R/model_${S}_adapter --format adapter >> $R/logs/export_${S}_adapter.log 2>&1
-$M finetune eval --llm finetuned:alfworld-$S --out $R/eval_${S}_60 --tasks 60 --workers 2 >> $R/logs/eval_$S.log 2>&1
-$M finetune compare $R/eval_${S}_60 results/finetune/eval_dagger0_60 > $R/compare_${S}_vs_dagger0.json
-$M finetune compare $R/eval_${S}_60 results/finetune/eval_rr1200_final_60 > $R/compare_${S}_vs_final.json
+. scripts/finetune_dagger_lib.sh
+restore_walkthrough_actor
+restore_records
+data_hc900
+dagger_collect dagger1 finetuned:alfworld-dagger0 1400
+train_export_eval dagger1 $R/data_hc900 $R/dagger0_a $R/dagger0_b $R/dagger1_a $R/dagger1_b
+$M finetune compare $R/eval_dagger1_60 results/finetune/eval_dagger0_60 > $R/compare_dagger1_vs_dagger0.json
+$M finetune compare $R/eval_dagger1_60 results/finetune/eval_rr1200_final_60 > $R/compare_dagger1_vs_final.json

@@ -18,32 +18,11 @@ cd "$(dirname "$0")/.."
 M=.venv/bin/metacog
 R=runs/finetune
 mkdir -p "$R/logs"
-# The walkthrough actor that shipped until session 10 (finetuned:alfworld then; sha256 ef713440...):
-# round 0's actor and the adapter every round starts from, taken back out of the repository's history.
-W=$R/adapter_rr1200
-if [ ! -f $W/model.json ]; then
-  mkdir -p $W
-  for f in model.json adapter.gguf; do git show 262b4baab9:metacog_fast/llm/finetuned/alfworld/$f > $W/$f.tmp; mv $W/$f.tmp $W/$f; done
-fi
-# The expert's played games (and the DAgger collections) are committed under results/finetune/records,
-# so a fresh checkout replays none of them; the builders only check and index them.
-[ -d $R/games_train ] || tar -xzf results/finetune/records/handcoded_train_games.tar.gz -C $R
-[ -d $R/dagger0_a ] || tar -xzf results/finetune/records/dagger0.tar.gz -C $R
-$M finetune data --out $R/data_hc900 --expert handcoded --max-games 900 --games-dir $R/games_train \
-  --workers 2 >> $R/logs/data_hc900.log 2>&1
-[ -f $R/dagger0_a/manifest.json ] || $M finetune dagger --out $R/dagger0_a --actor llama-cpp:///$PWD/$W --skip-games 1200 --max-games 100 \
-  >> $R/logs/dagger0_a.log 2>&1 &
-A=$!
-[ -f $R/dagger0_b/manifest.json ] || $M finetune dagger --out $R/dagger0_b --actor llama-cpp:///$PWD/$W --skip-games 1300 --max-games 100 \
-  >> $R/logs/dagger0_b.log 2>&1 &
-B=$!
-wait $A $B
-S=dagger0
-$M finetune sft --data-dir $R/data_hc900 $R/dagger0_a $R/dagger0_b --out $R/sft_$S --init-adapter $W \
-  --epochs 1 --learning-rate 5e-4 --max-length 2048 >> $R/logs/sft_$S.log 2>&1
-$M finetune export --checkpoint $R/sft_$S --out $R/model_$S --name alfworld-$S >> $R/logs/export_$S.log 2>&1
-[ -f $R/model_${S}_adapter/model.json ] || \
-  $M finetune export --checkpoint $R/sft_$S --out $R/model_${S}_adapter --format adapter >> $R/logs/export_${S}_adapter.log 2>&1
-$M finetune eval --llm finetuned:alfworld-$S --out $R/eval_${S}_60 --tasks 60 --workers 2 >> $R/logs/eval_$S.log 2>&1
-$M finetune compare $R/eval_${S}_60 results/finetune/eval_hc900_60 > $R/compare_${S}_vs_hc900.json
-$M finetune compare $R/eval_${S}_60 results/finetune/eval_rr1200_final_60 > $R/compare_${S}_vs_final.json
+. scripts/finetune_dagger_lib.sh
+restore_walkthrough_actor
+restore_records
+data_hc900
+dagger_collect dagger0 "llama-cpp:///$PWD/$W" 1200
+train_export_eval dagger0 $R/data_hc900 $R/dagger0_a $R/dagger0_b
+$M finetune compare $R/eval_dagger0_60 results/finetune/eval_hc900_60 > $R/compare_dagger0_vs_hc900.json
+$M finetune compare $R/eval_dagger0_60 results/finetune/eval_rr1200_final_60 > $R/compare_dagger0_vs_final.json
