@@ -13,13 +13,8 @@
 #   nohup bash scripts/finetune_dagger.sh > runs/finetune/logs/dagger1.out 2>&1 &
 set -euo pipefail
 cd "$(dirname "$0")/.."
-M=.venv/bin/metacog
-R=runs/finetune
-mkdir -p "$R/logs"
 . scripts/finetune_dagger_lib.sh
-restore_walkthrough_actor
-restore_records
-data_hc900
+prepare
 dagger_collect dagger1 finetuned:alfworld-dagger0 1400
 train_export_eval dagger1 $R/data_hc900 $R/dagger0_a $R/dagger0_b $R/dagger1_a $R/dagger1_b
 $M finetune compare $R/eval_dagger1_60 results/finetune/eval_dagger0_60 > $R/compare_dagger1_vs_dagger0.json

@@ -15,13 +15,8 @@
 #   nohup bash scripts/finetune_dagger0.sh > runs/finetune/logs/dagger0.out 2>&1 &
 set -euo pipefail
 cd "$(dirname "$0")/.."
-M=.venv/bin/metacog
-R=runs/finetune
-mkdir -p "$R/logs"
 . scripts/finetune_dagger_lib.sh
-restore_walkthrough_actor
-restore_records
-data_hc900
+prepare
 dagger_collect dagger0 "llama-cpp:///$PWD/$W" 1200
 train_export_eval dagger0 $R/data_hc900 $R/dagger0_a $R/dagger0_b
 $M finetune compare $R/eval_dagger0_60 results/finetune/eval_hc900_60 > $R/compare_dagger0_vs_hc900.json

@@ -1,5 +1,8 @@
-# Shared by scripts/finetune_dagger0.sh and scripts/finetune_dagger.sh (sourced, from the repository
-# root, with M and R set). Each step is idempotent, so a rerun resumes.
+# Shared by scripts/finetune_dagger0.sh and scripts/finetune_dagger.sh (sourced from the repository
+# root). Each step is idempotent, so a rerun resumes.
+M=.venv/bin/metacog
+R=runs/finetune
+mkdir -p "$R/logs"
 
 # The walkthrough actor that shipped as finetuned:alfworld until session 10 (adapter sha256
 # ef713440...): round 0's actor and the adapter every round starts from, out of the repository's history.
@@ -22,7 +25,10 @@ restore_records() {
   done
 }
 
-data_hc900() {
+# The round-independent part: the walkthrough actor, the records, and data_hc900 indexed from them.
+prepare() {
+  restore_walkthrough_actor
+  restore_records
   $M finetune data --out $R/data_hc900 --expert handcoded --max-games 900 --games-dir $R/games_train \
     --workers 2 >> $R/logs/data_hc900.log 2>&1
 }
