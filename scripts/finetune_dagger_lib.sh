@@ -25,20 +25,25 @@ restore_records() {
   done
 }
 
-# The round-independent part: the walkthrough actor, the records, and data_hc900 indexed from them.
+# The round-independent part: the walkthrough actor, the records, data_hc900 and the DAgger datasets
+# indexed from them (an unpacked collection has its games and config.json, not its dataset.jsonl).
 prepare() {
+  local d
   restore_walkthrough_actor
   restore_records
+  for d in $R/dagger*_[ab]; do
+    [ ! -f $d/config.json ] || [ -f $d/dataset.jsonl ] || $M finetune dagger --out $d --resume >> $R/logs/$(basename $d).log 2>&1
+  done
   $M finetune data --out $R/data_hc900 --expert handcoded --max-games 900 --games-dir $R/games_train \
     --workers 2 >> $R/logs/data_hc900.log 2>&1
 }
 
 # dagger_collect NAME ACTOR SKIP: two collections NAME_a, NAME_b of 100 games each (SKIP, SKIP + 100),
-# one core each; a collection whose manifest is there (committed records) is not replayed.
+# one core each; a collection with its dataset (unpacked and indexed by prepare) is not replayed.
 dagger_collect() {
   local half skip=$3
   for half in a b; do
-    [ -f $R/$1_$half/manifest.json ] || $M finetune dagger --out $R/$1_$half --actor "$2" --skip-games $skip \
+    [ -f $R/$1_$half/dataset.jsonl ] || $M finetune dagger --out $R/$1_$half --actor "$2" --skip-games $skip \
       --max-games 100 >> $R/logs/$1_$half.log 2>&1 &
     skip=$((skip + 100))
   done

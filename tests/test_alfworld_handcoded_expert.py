@@ -4,6 +4,7 @@ deterministic, and its episodes become the ``alfworld_handcoded`` SFT source in 
 transcript form."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,31 @@ def test_dagger_episode_trains_only_on_the_experts_commands(tmp_path):
         DaggerConfig(beta=1.5).validate()
     with pytest.raises(ValueError, match="evaluation split"):
         DaggerConfig(split="valid_train").validate()
+
+
+def test_dagger_resume_rebuilds_an_unpacked_collections_dataset(tmp_path, monkeypatch):
+    """A collection as the committed records hold it (config.json, games/, manifest.json, no
+    dataset.jsonl): ``--resume`` takes its own configuration and rebuilds the same dataset without
+    opening the actor; a folder without config.json is a clear error."""
+    pytest.importorskip("llama_cpp")
+    import metacog_fast.llm as llm_mod
+    from metacog_fast.cli.main import main
+    from metacog_fast.finetune.dagger import DaggerConfig, collect_dagger, folder_config
+
+    out = tmp_path / "c"
+    m = collect_dagger(out, DaggerConfig(max_games=1, beta=1.0, max_steps=4, skip_games=3))
+    (out / "dataset.jsonl").unlink()
+    assert folder_config(out) == DaggerConfig(max_games=1, beta=1.0, max_steps=4, skip_games=3)
+
+    def no_actor(*a, **k):
+        raise AssertionError("the actor was opened although every game is there")
+
+    monkeypatch.setattr(llm_mod, "open_llm", no_actor)
+    assert main(["finetune", "dagger", "--out", str(out), "--resume", "--actor", "ignored"]) == 0
+    again = json.loads((out / "manifest.json").read_text())
+    assert again["dataset_sha256"] == m["dataset_sha256"] and again["games"] == 1
+    with pytest.raises(ValueError, match="config.json not found"):
+        folder_config(tmp_path / "none")
 
 
 def json_lines(folder):

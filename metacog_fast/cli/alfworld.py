@@ -22,7 +22,7 @@ RUN_FLAGS = Flags(RunConfig, required=("agent",), choices={"agent": AGENT_NAMES}
 """``metacog run alfworld``: one protocol run (``agent_config`` is built from :data:`AGENT_FLAGS`)."""
 PRETRAIN_FLAGS = Flags(PretrainConfig)
 """``metacog pretrain alfworld``: the collection and M_sa training."""
-PRETRAIN_LLM_FLAGS = Flags(RunConfig, only=("data", "llm", "n_threads", "n_ctx", "workers"))
+PRETRAIN_LLM_FLAGS = Flags(RunConfig, only=("data", "llm", "reflector", "n_threads", "n_ctx", "workers"))
 """The run settings pre-deployment shares with a protocol run."""
 
 

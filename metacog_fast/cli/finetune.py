@@ -120,9 +120,10 @@ def _reflections(a: argparse.Namespace) -> int:
 
 
 def _dagger(a: argparse.Namespace) -> int:
-    from metacog_fast.finetune.dagger import DaggerConfig, collect_dagger
+    from metacog_fast.finetune.dagger import DaggerConfig, collect_dagger, folder_config
 
-    print(json.dumps(collect_dagger(a.out, config_from_args(Flags(DaggerConfig), a))))
+    cfg = folder_config(a.out) if a.resume else config_from_args(Flags(DaggerConfig), a)
+    print(json.dumps(collect_dagger(a.out, cfg)))
     return 0
 
 
@@ -171,6 +172,10 @@ def attach(p: argparse.ArgumentParser) -> None:
     g = sub.add_parser("dagger", help="the actor plays, the hand-coded expert labels every state it reaches "
                                       "(DAgger): an SFT dataset with the loss on the expert's commands (resumable)")
     g.add_argument("--out", required=True, help="collection folder (resumed when it exists)")
+    g.add_argument("--resume", action="store_true",
+                   help="take the configuration from OUT/config.json and ignore the other flags (a collection "
+                        "unpacked from committed records: its dataset.jsonl and manifest are rebuilt, its actor is "
+                        "opened only if games are missing)")
     add_config_flags(g, Flags(DaggerConfig))
     g.set_defaults(func=_dagger)
     s = sub.add_parser("sft", help="LoRA / full SFT of the actor on a dataset (resumable)")

@@ -113,6 +113,18 @@ def play_dagger_game(env: Any, agent: Any, gamefile: Path, cfg: DaggerConfig) ->
             "seconds": time.perf_counter() - t0}
 
 
+def folder_config(out_dir: str | Path) -> DaggerConfig:
+    """The configuration a collection folder was started with (its ``config.json``)."""
+    path = Path(out_dir) / "config.json"
+    if not path.is_file():
+        raise ValueError(f"out: {path} not found; --resume needs a collection folder (start one without --resume)")
+    d = read_json(path)
+    known = set(DaggerConfig.__dataclass_fields__)
+    if not isinstance(d, dict) or set(d) - known:
+        raise ValueError(f"out: {path} is not a DAgger configuration (fields {sorted(set(d) - known) if isinstance(d, dict) else d!r})")
+    return DaggerConfig(**d)
+
+
 def collect_dagger(out_dir: str | Path, cfg: DaggerConfig) -> dict[str, Any]:
     """Collect (or resume) into ``out_dir``; returns the manifest."""
     from tqdm import tqdm

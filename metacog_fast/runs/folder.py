@@ -19,7 +19,8 @@ from metacog_fast.runs.records import read_json, write_json_atomic
 def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], ignore: Iterable[str] = (),
                        prefix: str = "") -> list[str]:
     """Dotted names of the fields whose values differ (nested dicts compared field by field);
-    names in ``ignore`` (top level, or dotted) are left out."""
+    names in ``ignore`` (top level, or dotted) are left out. A field the old snapshot lacks and the new
+    configuration sets to None is no difference: it is an option added later, at its off default."""
     skip = set(ignore)
     out: list[str] = []
     for k in sorted(set(old) | set(new), key=str):
@@ -27,6 +28,8 @@ def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], ignore: I
         if name in skip:
             continue
         a, b = old.get(k, _MISSING), new.get(k, _MISSING)
+        if a is _MISSING and b is None:
+            continue
         if isinstance(a, Mapping) and isinstance(b, Mapping):
             out += config_differences(a, b, skip, prefix=f"{name}.")
         elif a != b:

@@ -133,9 +133,13 @@ class ReflexionAgent(ReActAgent):
     name = "reflexion"
 
     def __init__(self, llm: LLM, examples: dict[str, list[dict[str, Any]]], config: AgentConfig,
-                 mapper: ActionMapper, memory: ReflectionMemory, record_plan: bool = False) -> None:
+                 mapper: ActionMapper, memory: ReflectionMemory, record_plan: bool = False,
+                 reflector: LLM | None = None) -> None:
         super().__init__(llm, examples, config, mapper)
         self.memory = memory
+        self.reflector = reflector if reflector is not None else llm
+        """The reflection LLM (paper 000 trains it apart from the actor: Reflexion + SL's DPO
+        reflector); the actor by default."""
         self.record_plan = record_plan
         """Pre-deployment data collection: also write a plan P (not shown to the actor) so the
         episode's chunks can train M_sa(I, P, tau)."""
@@ -152,7 +156,7 @@ class ReflexionAgent(ReActAgent):
 
     def reflect(self, won: bool, pairs: Sequence[tuple[str, str]]) -> str:
         assert self.ctx is not None
-        out = self.llm.chat(prompts.reflection_messages(self.ctx.task, pairs, won),
+        out = self.reflector.chat(prompts.reflection_messages(self.ctx.task, pairs, won),
                             max_tokens=self.cfg.reflection_max_tokens, temperature=0.0)
         text = " ".join(out[0].text.split())
         return text or ("The attempt succeeded." if won else "The attempt failed.")
@@ -183,8 +187,9 @@ class MuseAgent(ReflexionAgent):
     name = "muse"
 
     def __init__(self, llm: LLM, examples: dict[str, list[dict[str, Any]]], config: AgentConfig,
-                 mapper: ActionMapper, memory: ReflectionMemory, scorer: TrajectoryScorer, select: str = "highest") -> None:
-        super().__init__(llm, examples, config, mapper, memory)
+                 mapper: ActionMapper, memory: ReflectionMemory, scorer: TrajectoryScorer, select: str = "highest",
+                 reflector: LLM | None = None) -> None:
+        super().__init__(llm, examples, config, mapper, memory, reflector=reflector)
         if select not in ("highest", "lowest", "random"):
             raise ValueError(f"select: expected 'highest', 'lowest' or 'random', got {select!r}")
         self.scorer, self.select_mode = scorer, select
@@ -272,9 +277,12 @@ class FcrfAgent(ReActAgent):
     name = "fcrf"
 
     def __init__(self, llm: LLM, examples: dict[str, list[dict[str, Any]]], config: AgentConfig,
-                 mapper: ActionMapper, memory: ReflectionMemory, pool: LessonPool | None = None) -> None:
+                 mapper: ActionMapper, memory: ReflectionMemory, pool: LessonPool | None = None,
+                 reflector: LLM | None = None) -> None:
         super().__init__(llm, examples, config, mapper)
         self.memory = memory
+        self.reflector = reflector if reflector is not None else llm
+        """The Mentor's LLM (experience, lessons, plans); the actor by default."""
         self.pool = pool or LessonPool()
         self.history: list[tuple[bool, list[tuple[str, str]]]] = []
 
@@ -282,7 +290,7 @@ class FcrfAgent(ReActAgent):
         return self.memory.last(ctx.game, self.cfg.reflections_kept)
 
     def _chat(self, messages: list[dict[str, str]]) -> str:
-        out = self.llm.chat(messages, max_tokens=self.cfg.reflection_max_tokens, temperature=0.0)
+        out = self.reflector.chat(messages, max_tokens=self.cfg.reflection_max_tokens, temperature=0.0)
         return " ".join(out[0].text.split())
 
     def end(self, won: bool, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
@@ -304,7 +312,7 @@ class FcrfAgent(ReActAgent):
             if not won:
                 pool = self.pool.lessons(ctx.task_type)
                 if pool:
-                    ch = self.llm.choose(prompts.lesson_prompt(ctx.task, ctx.task_type, pairs), [" " + x for x in pool])
+                    ch = self.reflector.choose(prompts.lesson_prompt(ctx.task, ctx.task_type, pairs), [" " + x for x in pool])
                     lesson = pool[ch.index]
                     info["lesson"] = lesson
             plan = self._chat(prompts.plan_messages(ctx.task, experience, lesson))

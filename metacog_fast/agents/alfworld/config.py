@@ -91,6 +91,11 @@ class RunConfig:
     """Pre-deployment scorer folder (MUSE agents; written by ``metacog pretrain alfworld``)."""
     llm: str | None = None
     """LLM URI (None: $METACOG_LLM, then the embedded SmolLM2)."""
+    reflector: str | None = None
+    """Reflection LLM URI of Reflexion, MUSE and FCRF's Mentor (None: the actor ``llm``). Paper 000's
+    Reflexion + SL is ``agent="reflexion"`` with the SFT actor as ``llm`` and the DPO reflector here."""
+    label: str | None = None
+    """The run's row label in reports (None: the agent name), e.g. "reflexion+sl"."""
     n_threads: int = 1
     """llama.cpp threads per worker (1 on a shared machine, see docs/llm.md)."""
     n_ctx: int = 8192
@@ -110,6 +115,9 @@ class RunConfig:
             raise ValueError("tasks >= 1, workers >= 1, adapt_episodes >= 0 and test_episodes >= 0 expected")
         if self.n_ctx < 512:
             raise ValueError(f"n_ctx: expected a context window of at least 512 tokens, got {self.n_ctx}")
+        if self.reflector is not None and self.agent == "react":
+            raise ValueError("reflector: agent 'react' does not reflect; drop reflector or pick "
+                             "reflexion, muse* or fcrf")
         if self.agent.startswith("muse") and not self.scorer:
             raise ValueError(f"scorer: agent {self.agent!r} needs a pre-deployment scorer folder "
                              "(run `metacog pretrain alfworld` first)")

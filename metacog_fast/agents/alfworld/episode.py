@@ -16,16 +16,24 @@ if TYPE_CHECKING:
     from metacog_fast.llm.protocol import LLM
 
 
-def llm_totals(llm: LLM) -> tuple[int, int, int, float]:
-    u = llm.usage
-    return u.calls, u.prompt_tokens, u.completion_tokens, u.seconds
+def llm_totals(*llms: LLM | None) -> tuple[int, int, int, float]:
+    """Calls, prompt tokens, completion tokens and seconds summed over the distinct ``llms``
+    (the actor and, where it is another model, the reflector)."""
+    seen: list[LLM] = []
+    for m in llms:
+        if m is not None and all(m is not s for s in seen):
+            seen.append(m)
+    us = [m.usage for m in seen]
+    return (sum(u.calls for u in us), sum(u.prompt_tokens for u in us), sum(u.completion_tokens for u in us),
+            sum(u.seconds for u in us))
 
 
 def run_episode(env: Env, agent: ReActAgent, llm: LLM, game: str, gamefile: str, episode: int, phase: str,
-                max_steps: int) -> dict[str, Any]:
-    """Play one episode of ``gamefile``; returns the JSON-able record (see docs/alfworld_agents.md)."""
+                max_steps: int, reflector: LLM | None = None) -> dict[str, Any]:
+    """Play one episode of ``gamefile``; returns the JSON-able record (see docs/alfworld_agents.md).
+    ``reflector``: the reflection LLM where it is not ``llm``; its calls count in the record's totals."""
     t_start = time.perf_counter()
-    c0, p0, g0, s0 = llm_totals(llm)
+    c0, p0, g0, s0 = llm_totals(llm, reflector)
     env_s = 0.0
     t = time.perf_counter()
     obs, info = env.reset(game=gamefile)
@@ -56,10 +64,10 @@ def run_episode(env: Env, agent: ReActAgent, llm: LLM, game: str, gamefile: str,
         won = bool(info.get("won"))
         if done or won:
             break
-    c1, p1, g1, s1 = llm_totals(llm)
+    c1, p1, g1, s1 = llm_totals(llm, reflector)
     llm_episode = s1 - s0
     end = agent.end(won, [tuple(p) for p in pairs])
-    c2, p2, g2, s2 = llm_totals(llm)
+    c2, p2, g2, s2 = llm_totals(llm, reflector)
     return {
         "game": game, "gamefile": gamefile, "task": ctx.task, "task_type": ctx.task_type, "episode": episode,
         "phase": phase, "agent": agent.name, "won": won, "done": bool(done), "steps": len(pairs),

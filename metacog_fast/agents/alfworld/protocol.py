@@ -99,17 +99,20 @@ def chunk_examples(records: Sequence[dict[str, Any]], size: int = 4) -> list[dic
 
 
 # -- building one worker's components ------------------------------------------------------------
-def open_llm_for(cfg: RunConfig) -> Any:
+def open_llm_for(cfg: RunConfig, uri: str | None = None) -> Any:
+    """The LLM at ``uri`` (default ``cfg.llm``), with the run's threads, context and seed where it is
+    embedded."""
     from metacog_fast.llm import open_llm
 
-    uri = cfg.llm
+    uri = cfg.llm if uri is None else uri
     if uri is None or uri.startswith(("llama-cpp", "finetuned")):
         return open_llm(uri, n_threads=cfg.n_threads, n_ctx=cfg.n_ctx, seed=cfg.agent_config.seed)
     return open_llm(uri)
 
 
 def make_agent(name: str, llm: Any, examples: dict[str, Any], ac: AgentConfig, encoder: Any,
-               memory: Any, scorer: Any = None, record_plan: bool = False) -> Any:
+               memory: Any, scorer: Any = None, record_plan: bool = False, reflector: Any = None) -> Any:
+    """The agent ``name`` acting with ``llm``; ``reflector`` (None: ``llm``) writes its reflections."""
     from metacog_fast.agents.alfworld.actions import ActionMapper
     from metacog_fast.agents.alfworld.agents import FcrfAgent, MuseAgent, ReActAgent, ReflexionAgent
 
@@ -117,14 +120,14 @@ def make_agent(name: str, llm: Any, examples: dict[str, Any], ac: AgentConfig, e
     if name == "react":
         return ReActAgent(llm, examples, ac, mapper)
     if name == "reflexion":
-        return ReflexionAgent(llm, examples, ac, mapper, memory, record_plan=record_plan)
+        return ReflexionAgent(llm, examples, ac, mapper, memory, record_plan=record_plan, reflector=reflector)
     if name == "fcrf":
-        return FcrfAgent(llm, examples, ac, mapper, memory)
+        return FcrfAgent(llm, examples, ac, mapper, memory, reflector=reflector)
     if name in ("muse", "muse-lowest", "muse-random"):
         if scorer is None:
             raise ValueError(f"scorer: agent {name!r} needs a TrajectoryScorer")
         select = {"muse": "highest", "muse-lowest": "lowest", "muse-random": "random"}[name]
-        return MuseAgent(llm, examples, ac, mapper, memory, scorer, select)
+        return MuseAgent(llm, examples, ac, mapper, memory, scorer, select, reflector=reflector)
     raise ValueError(f"agent: unknown agent {name!r}")
 
 
@@ -175,12 +178,13 @@ def play_group(payload: dict[str, Any], done: Mapping[str, Any], workdir: Path,
     else:
         encoder = MiniLMEncoder()
     llm = open_llm_for(cfg)
+    reflector = open_llm_for(cfg, cfg.reflector) if cfg.reflector and cfg.reflector != cfg.llm else None
     memory = ReflectionMemory(workdir / "memory" / f"{games[0]['task_type']}.db", encoder)
     env = make_env("alfworld", split=cfg.split, data=cfg.data, max_episode_steps=max(ac.max_steps, 1))
     try:
         scorer = None
         agent = make_agent(cfg.agent, llm, examples, ac, encoder, memory, None if not muse else pre,
-                           record_plan=payload.get("record_plan", False))
+                           record_plan=payload.get("record_plan", False), reflector=reflector)
         for g in games:
             records = _group_records(done, g["game"], plan)
             agent.restore(g["game"], records)
@@ -196,7 +200,7 @@ def play_group(payload: dict[str, Any], done: Mapping[str, Any], workdir: Path,
                         yield from SideFile.collect(workdir, f"scorers/{g['game']}")
                 if idx < len(records):
                     continue
-                rec = _play(env, agent, llm, g, idx, phase, ac.max_steps)
+                rec = _play(env, agent, llm, g, idx, phase, ac.max_steps, reflector)
                 if muse:
                     rec["chunk_probs"] = _chunk_predictions(scorer, rec)
                     rec["chunk_probs_pre"] = _chunk_predictions(pre, rec)
@@ -209,12 +213,15 @@ def play_group(payload: dict[str, Any], done: Mapping[str, Any], workdir: Path,
         env.close()
         memory.close()
         llm.close()
+        if reflector is not None:
+            reflector.close()
 
 
-def _play(env: Any, agent: Any, llm: Any, g: dict[str, str], idx: int, phase: str, max_steps: int) -> dict[str, Any]:
+def _play(env: Any, agent: Any, llm: Any, g: dict[str, str], idx: int, phase: str, max_steps: int,
+          reflector: Any = None) -> dict[str, Any]:
     from metacog_fast.agents.alfworld.episode import run_episode
 
-    return run_episode(env, agent, llm, g["game"], g["gamefile"], idx, phase, max_steps)
+    return run_episode(env, agent, llm, g["game"], g["gamefile"], idx, phase, max_steps, reflector=reflector)
 
 
 def _adapted_scorer(workdir: Path, game: str, pre_dir: Path, cfg: RunConfig, encoder: Any,

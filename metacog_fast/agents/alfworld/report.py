@@ -175,8 +175,9 @@ AGENT_ORDER = ("react", "reflexion", "fcrf", "muse-lowest", "muse-random", "muse
 
 def run_label(config: dict[str, Any], taken: dict[str, Any]) -> str:
     """A run's row label: its agent name, or ``<agent>+adapt<n>`` when a run of the same agent is
-    already in the report (e.g. MUSE without and with adaptation episodes under one folder)."""
-    label = config["agent"]
+    already in the report (e.g. MUSE without and with adaptation episodes under one folder); a run's
+    own ``label`` replaces the agent name."""
+    label = config.get("label") or config["agent"]
     if label in taken:
         label = f"{label}+adapt{config['adapt_episodes']}"
     k = 2

@@ -1,0 +1,78 @@
+"""A reflection LLM apart from the actor (paper 000's Reflexion + SL: SFT actor, DPO reflector):
+the reflections come from the reflector, the actor writes none, the episode record counts both
+models' calls, and the run configuration carries it (label, validation, resume of older folders)."""
+from __future__ import annotations
+
+import pytest
+
+from metacog_fast.agents.alfworld.config import AgentConfig, RunConfig
+from metacog_fast.runs.folder import config_differences
+
+TINY = dict(examples=1, max_steps=2, action_max_tokens=12, max_thinks=1, reflection_max_tokens=12,
+            plan_max_tokens=12, rollouts=2, rollout_max_tokens=12, rollout_pairs=2, example_max_steps=12)
+
+
+def test_react_with_a_reflector_is_refused():
+    with pytest.raises(ValueError, match="reflector"):
+        RunConfig(agent="react", reflector="finetuned:alfworld").validate()
+    RunConfig(agent="reflexion", reflector="finetuned:alfworld").validate()
+
+
+def test_an_older_snapshot_without_the_new_fields_resumes():
+    old = RunConfig(agent="reflexion").to_dict()
+    for k in ("reflector", "label"):
+        old.pop(k)
+    assert config_differences(old, RunConfig(agent="reflexion").to_dict()) == []
+    assert config_differences(old, RunConfig(agent="reflexion", reflector="x").to_dict()) == ["reflector"]
+
+
+def test_a_run_label_names_the_row():
+    from metacog_fast.agents.alfworld.report import ordered, run_label
+
+    taken: dict = {}
+    taken[run_label({"agent": "reflexion", "adapt_episodes": 2, "label": "reflexion+sl"}, taken)] = {}
+    taken[run_label({"agent": "reflexion", "adapt_episodes": 2}, taken)] = {}
+    taken[run_label({"agent": "react", "adapt_episodes": 2, "label": None}, taken)] = {}
+    assert set(taken) == {"reflexion+sl", "reflexion", "react"}
+    assert ordered(taken) == ["react", "reflexion", "reflexion+sl"]
+
+
+def test_reflections_come_from_the_reflector_and_count_in_the_record(tmp_path):
+    from metacog_fast.agents.alfworld.episode import run_episode
+    from metacog_fast.agents.alfworld.fewshot import load_examples
+    from metacog_fast.agents.alfworld.memory import ReflectionMemory
+    from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT, make_agent, select_games
+    from metacog_fast.envs import make_env
+    from metacog_fast.llm import open_llm
+    from metacog_fast.scoring import MiniLMEncoder
+
+    enc = MiniLMEncoder()
+    ac = AgentConfig(**TINY)
+    ex = load_examples(DEFAULT_FEWSHOT, ac.examples, ac.example_max_steps)
+    actor, reflector = open_llm(n_threads=1, n_ctx=4096), open_llm(n_threads=1, n_ctx=4096)
+    mem = ReflectionMemory(tmp_path / "m.db", enc)
+    env = make_env("alfworld", split="valid_train", max_episode_steps=2)
+    (g,) = select_games("valid_train", 1)
+    try:
+        for name in ("reflexion", "fcrf"):
+            agent = make_agent(name, actor, ex, ac, enc, mem, reflector=reflector)
+            agent.restore(g["game"], [])
+            a0, r0 = actor.usage.calls, reflector.usage.calls
+            rec = run_episode(env, agent, actor, g["game"], g["gamefile"], 0, "adapt", 2, reflector=reflector)
+            acting = actor.usage.calls - a0
+            reflecting = reflector.usage.calls - r0
+            assert rec["steps"] == 2 and acting >= 2  # the actor chose the actions ...
+            assert reflecting >= 1 and rec["end"]["reflection"]  # ... the reflector wrote the reflection
+            assert rec["llm"]["calls"] == acting + reflecting  # both models counted once each
+            assert mem.last(g["game"], 1) == [rec["end"]["reflection"]]
+            mem.clear(g["game"])
+        # The same agent without a reflector reflects with the actor.
+        agent = make_agent("reflexion", actor, ex, ac, enc, mem)
+        r0 = reflector.usage.calls
+        rec = run_episode(env, agent, actor, g["game"], g["gamefile"], 0, "adapt", 2)
+        assert reflector.usage.calls == r0 and rec["end"]["reflection"]
+    finally:
+        env.close()
+        mem.close()
+        actor.close()
+        reflector.close()
