@@ -76,16 +76,19 @@ def test_tiny_dpo_run_learns_the_preference_and_exports(collected, tmp_path, mon
         load_pairs(pairs_dir)
     good = "Next time go to the countertop first, take the object, then put it in the target receptacle."
     bad = "It was fine."
-    (pairs_dir / "pairs.jsonl").write_text("".join(
-        json.dumps({"game": f"g{i}", "task_type": "t", "messages": rec["messages"], "chosen": good, "rejected": bad}) + "\n"
-        for i in range(4)))
+    second = tmp_path / "pairs2"  # two collections' pairs are joined
+    second.mkdir()
+    for d, games in ((pairs_dir, range(2)), (second, range(2, 4))):
+        (d / "pairs.jsonl").write_text("".join(
+            json.dumps({"game": f"g{i}", "task_type": "t", "messages": rec["messages"], "chosen": good, "rejected": bad}) + "\n"
+            for i in games))
     run = tmp_path / "run"
-    facts = train_dpo(pairs_dir, run, DPOTrainConfig(batch_size=2, micro_batch_size=2, epochs=3.0, learning_rate=5e-4,
+    facts = train_dpo([pairs_dir, second], run, DPOTrainConfig(batch_size=2, micro_batch_size=2, epochs=3.0, learning_rate=5e-4,
                                                      save_steps=100), max_steps=6)
     log = [json.loads(x) for x in (run / "train_log.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in log if "loss" in r]
     margins = [r["rewards/margins"] for r in log if "rewards/margins" in r]
-    assert facts["steps"] == 6 and len(losses) == 6
+    assert facts["steps"] == 6 and len(losses) == 6 and facts["pairs"] == 4 and facts["games"] == 4
     assert losses[0] == pytest.approx(0.6931, abs=0.02)  # log 2: policy == reference at the start
     assert losses[-1] < losses[0] and margins[-1] > margins[0]
     monkeypatch.setenv("METACOG_MODELS_HOME", str(tmp_path / "models"))
@@ -96,3 +99,44 @@ def test_tiny_dpo_run_learns_the_preference_and_exports(collected, tmp_path, mon
         assert llm.chat(rec["messages"], max_tokens=8)[0].completion_tokens > 0
     finally:
         llm.close()
+
+
+def _collection(root, reflector, per_game, actor="finetuned:alfworld"):
+    from metacog_fast.agents.alfworld.store import write_json_atomic
+
+    (root / "games").mkdir(parents=True)
+    write_json_atomic(root / "config.json", {"actor": actor, "reflector": reflector})
+    for g, outcomes in per_game.items():
+        write_json_atomic(root / "games" / f"{g}.json", {
+            "game": g, "task_type": "t", "first": {"won": outcomes is None},
+            "reflections": [] if outcomes is None else [{"text": f"r{k}", "next_won": w} for k, w in enumerate(outcomes)]})
+
+
+def test_reflectors_are_compared_game_by_game(tmp_path):
+    from metacog_fast.finetune.reflections import compare_reflectors
+
+    a, b = tmp_path / "dpo", tmp_path / "base"
+    _collection(a, "dpo", {"g1": [True, True], "g2": [True, False], "g3": [True, True], "g4": None, "g5": [False]})
+    _collection(b, None, {"g1": [False, False], "g2": [False, False], "g3": [True, False], "g4": None})
+    c = compare_reflectors(a, b, resamples=2000)
+    assert c["games"] == 3 and c["games_only_a"] == 1 and c["games_only_b"] == 0
+    assert c["quality_a"]["next_attempts"]["successes"] == 5 and c["quality_a"]["next_attempts"]["n"] == 6
+    assert c["quality_b"]["next_attempts"]["successes"] == 1
+    assert c["paired"]["diff"] == pytest.approx((1.0 + 0.5 + 0.5) / 3) and c["paired"]["n"] == 3
+    other = tmp_path / "other_actor"
+    _collection(other, None, {"g1": [False], "g2": [True]}, actor="finetuned:alfworld-x")
+    with pytest.raises(ValueError, match="different actors"):
+        compare_reflectors(a, other)
+    with pytest.raises(ValueError, match="not a reflection collection"):
+        compare_reflectors(a, tmp_path / "missing")
+
+
+def test_skip_games_leaves_out_the_first_games():
+    from metacog_fast.finetune.reflections import collection_games
+
+    first = collection_games(ReflectionDataConfig(games=12))
+    rest = collection_games(ReflectionDataConfig(games=6, skip_games=12))
+    assert not {g["game"] for g in first} & {g["game"] for g in rest} and len(rest) == 6
+    assert len({g["task_type"] for g in rest}) == 6
+    with pytest.raises(ValueError, match="skip_games"):
+        ReflectionDataConfig(skip_games=-1).validate()

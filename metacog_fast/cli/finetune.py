@@ -141,6 +141,13 @@ def _dpo(a: argparse.Namespace) -> int:
     return 0
 
 
+def _reflections_compare(a: argparse.Namespace) -> int:
+    from metacog_fast.finetune.reflections import compare_reflectors
+
+    print(json.dumps(compare_reflectors(a.a, a.b), indent=1))
+    return 0
+
+
 def _scorer(a: argparse.Namespace) -> int:
     from metacog_fast.finetune.scorer import ScorerFitConfig, fit_scorer, load_episodes
 
@@ -154,7 +161,7 @@ def _scorer(a: argparse.Namespace) -> int:
 def attach(p: argparse.ArgumentParser) -> None:
     """Fills ``metacog finetune`` (:mod:`metacog_fast.cli.commands`)."""
     sub = p.add_subparsers(dest="finetune_cmd", required=True,
-                           metavar="{data,dagger,sft,export,eval,expert-eval,compare,reflections,dpo,scorer,swift-eval}")
+                           metavar="{data,dagger,sft,export,eval,expert-eval,compare,reflections,dpo,reflections-compare,scorer,swift-eval}")
     d = sub.add_parser("data", help="play expert walkthroughs (and add our agents' wins) into an SFT dataset; "
                                     "--env scienceworld: gold paths of train variations for the Swift")
     d.add_argument("--out", required=True, help="dataset folder (resumed when it exists)")
@@ -217,10 +224,16 @@ def attach(p: argparse.ArgumentParser) -> None:
     add_config_flags(r, Flags(ReflectionDataConfig))
     r.set_defaults(func=_reflections)
     o = sub.add_parser("dpo", help="DPO of the reflector (LoRA) on collected pairs (resumable)")
-    o.add_argument("--pairs-dir", required=True, help="collection folder written by `metacog finetune reflections`")
+    o.add_argument("--pairs-dir", required=True, nargs="+",
+                   help="collection folder(s) written by `metacog finetune reflections` (several: their pairs joined)")
     o.add_argument("--out", required=True, help="training folder (checkpoints, log; resumed when it exists)")
     add_config_flags(o, Flags(DPOTrainConfig))
     o.set_defaults(func=_dpo)
+    q = sub.add_parser("reflections-compare",
+                       help="reflection quality of two reflectors on the same games (game-paired bootstrap)")
+    q.add_argument("a", help="reflection collection A (e.g. with the DPO reflector)")
+    q.add_argument("b", help="reflection collection B (e.g. with the base reflector), same actor and games")
+    q.set_defaults(func=_reflections_compare)
     from metacog_fast.finetune.scorer import ScorerFitConfig
 
     m = sub.add_parser("scorer", help="the actor's self-assessment scorer M_sa from its own recorded episodes, "

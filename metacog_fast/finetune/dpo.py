@@ -9,6 +9,7 @@ resumes after a kill, and exports with ``metacog finetune export`` like any LoRA
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -98,8 +99,10 @@ def dpo_rows(tokenizer: Any, pairs: list[dict[str, Any]]) -> list[dict[str, str]
     return rows
 
 
-def train_dpo(pairs_dir: str | Path, out_dir: str | Path, cfg: DPOTrainConfig, max_steps: int = -1) -> dict[str, Any]:
-    """Train (or resume) a DPO run on the pairs in ``pairs_dir``; returns the run's facts."""
+def train_dpo(pairs_dir: str | Path | list[str | Path], out_dir: str | Path, cfg: DPOTrainConfig,
+              max_steps: int = -1) -> dict[str, Any]:
+    """Train (or resume) a DPO run on the pairs in ``pairs_dir`` (one collection folder, or several
+    whose pairs are joined in the given order); returns the run's facts."""
     import torch
     import transformers
     from datasets import Dataset
@@ -113,11 +116,17 @@ def train_dpo(pairs_dir: str | Path, out_dir: str | Path, cfg: DPOTrainConfig, m
     cfg.validate()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    pairs = load_pairs(pairs_dir)
-    sha = sha256_file(Path(pairs_dir) / "pairs.jsonl")
+    dirs = [pairs_dir] if isinstance(pairs_dir, (str, Path)) else list(pairs_dir)
+    if not dirs:
+        raise ValueError("pairs_dir: expected at least one collection folder")
+    pairs = [p for d in dirs for p in load_pairs(d)]
+    shas = [sha256_file(Path(d) / "pairs.jsonl") for d in dirs]
+    sha = shas[0] if len(shas) == 1 else hashlib.sha256("".join(shas).encode()).hexdigest()
     # "sft"-shaped fields so that `metacog finetune export` treats the run as any LoRA run
+    resolved = [str(Path(d).resolve()) for d in dirs]
     conf = {"dpo": asdict(cfg), "sft": {"base": cfg.base, "method": "lora", "examples": 0},
-            "pairs_dir": str(Path(pairs_dir).resolve()), "dataset_sha256": sha, "max_steps": max_steps}
+            "pairs_dir": resolved[0] if len(resolved) == 1 else resolved, "dataset_sha256": sha,
+            "pairs": len(pairs), "max_steps": max_steps}
     if (out / "config.json").exists():
         old = read_json(out / "config.json")
         strip = lambda d: {k: v for k, v in d.items() if k != "threads"}  # noqa: E731

@@ -33,6 +33,9 @@ class ReflectionDataConfig:
     """Pre-deployment split whose games are played (never the evaluation split)."""
     games: int = 60
     """Games, round-robin over the six task types."""
+    skip_games: int = 0
+    """Leave out the first this-many games of that order: a measurement on games that a pair
+    collection (the first ``skip_games``) did not come from. A multiple of 6 keeps the types balanced."""
     actor: str | None = "finetuned:alfworld"
     """Actor LLM URI (the fine-tuned actor by default; None: the base SmolLM2)."""
     reflector: str | None = None
@@ -55,6 +58,8 @@ class ReflectionDataConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}: expected a positive int, got {v!r}")
+        if not isinstance(self.skip_games, int) or self.skip_games < 0:
+            raise ValueError(f"skip_games: expected an int >= 0, got {self.skip_games!r}")
         if not self.temperature > 0:
             raise ValueError(f"temperature: expected > 0 (the reflections must differ), got {self.temperature}")
         if self.split == "valid_train":
@@ -146,6 +151,54 @@ def quality(records: list[dict[str, Any]]) -> dict[str, Any]:
             "per_game_mean": sum(per_game) / len(per_game) if per_game else None}
 
 
+def collection_games(cfg: ReflectionDataConfig) -> list[dict[str, str]]:
+    """The games a collection plays: ``games`` of the split's round-robin order after the first
+    ``skip_games``."""
+    from metacog_fast.agents.alfworld.protocol import select_games
+
+    return select_games(cfg.split, cfg.skip_games + cfg.games)[cfg.skip_games:]
+
+
+def per_game_quality(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Game -> success rate of the attempts that followed its reflections (games whose first attempt
+    failed and had at least one reflection played)."""
+    out = {}
+    for r in records:
+        played = [x["next_won"] for x in r["reflections"] if "next_won" in x]
+        if played:
+            out[r["game"]] = sum(map(bool, played)) / len(played)
+    return out
+
+
+def compare_reflectors(a_dir: str | Path, b_dir: str | Path, resamples: int = 10000) -> dict[str, Any]:
+    """Reflection quality of two collections on the same games (A - B): each side's next-attempt
+    success with its Wilson interval, and the game-paired difference of the per-game rates (paired
+    bootstrap, sign-flip p-value). The same greedy actor fails the same first attempts, so both
+    sides reflect on the same games; a game only one side reflected on is left out and counted."""
+    from metacog_fast.metrics import compare_paired
+
+    sides = []
+    for d in (a_dir, b_dir):
+        root = Path(d)
+        if not (root / "config.json").is_file():
+            raise ValueError(f"compare: {root} is not a reflection collection (no config.json)")
+        sides.append([read_json(p) for p in sorted((root / "games").glob("*.json"))])
+    qa, qb = per_game_quality(sides[0]), per_game_quality(sides[1])
+    games = sorted(set(qa) & set(qb))
+    if len(games) < 2:
+        raise ValueError(f"compare: the two collections share {len(games)} games with reflections; expected at least 2")
+    cfg_a, cfg_b = read_json(Path(a_dir) / "config.json"), read_json(Path(b_dir) / "config.json")
+    if cfg_a.get("actor") != cfg_b.get("actor"):
+        raise ValueError(f"compare: the collections have different actors ({cfg_a.get('actor')!r}, "
+                         f"{cfg_b.get('actor')!r}); reflection quality is compared with one actor")
+    return {"a": str(a_dir), "b": str(b_dir), "reflector_a": cfg_a.get("reflector"), "reflector_b": cfg_b.get("reflector"),
+            "actor": cfg_a.get("actor"), "games": len(games),
+            "games_only_a": len(set(qa) - set(qb)), "games_only_b": len(set(qb) - set(qa)),
+            "quality_a": quality([r for r in sides[0] if r["game"] in games]),
+            "quality_b": quality([r for r in sides[1] if r["game"] in games]),
+            "paired": compare_paired({g: qa[g] for g in games}, {g: qb[g] for g in games}, resamples=resamples).to_dict()}
+
+
 def collect(out_dir: str | Path, cfg: ReflectionDataConfig) -> dict[str, Any]:
     """Collect (or resume) into ``out_dir``; returns the manifest."""
     from tqdm import tqdm
@@ -159,7 +212,7 @@ def collect(out_dir: str | Path, cfg: ReflectionDataConfig) -> dict[str, Any]:
 
     cfg.validate()
     out = claim_collection(out_dir, asdict(cfg))
-    games = select_games(cfg.split, cfg.games)
+    games = collection_games(cfg)
     todo = [g for g in games if not (out / "games" / f"{g['game']}.json").exists()]
     if todo:
         ac = AgentConfig(max_steps=cfg.max_steps, examples=_actor_examples(cfg), seed=cfg.seed)
