@@ -76,3 +76,22 @@ def test_reflections_come_from_the_reflector_and_count_in_the_record(tmp_path):
         mem.close()
         actor.close()
         reflector.close()
+
+
+def test_a_finetuned_actor_prompted_unlike_its_training_is_warned(tmp_path):
+    """The shipped actor was trained on prompts without few-shot examples: a run that gives it the
+    default 2 warns and names the flag; one that matches does not; the base model has no setting."""
+    import warnings
+
+    from metacog_fast.agents.alfworld.protocol import prepare_run
+    from metacog_fast.llm.models import trained_examples
+
+    k = trained_examples("finetuned:alfworld")
+    assert k == 0 and trained_examples(None) is None
+    with pytest.warns(UserWarning, match="--examples 0"):
+        prepare_run(tmp_path / "a", RunConfig(agent="react", llm="finetuned:alfworld", tasks=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prepare_run(tmp_path / "b", RunConfig(agent="react", llm="finetuned:alfworld", tasks=1,
+                                              agent_config=AgentConfig(examples=0)))
+        prepare_run(tmp_path / "c", RunConfig(agent="react", tasks=1))

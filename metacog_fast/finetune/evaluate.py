@@ -44,21 +44,13 @@ class EvalConfig:
 
 
 def _examples_for(cfg: EvalConfig) -> int:
+    """The examples of the actor's prompt: the config's, else the fine-tuned model's own, else 2."""
     if cfg.examples is not None:
         return cfg.examples
-    if cfg.llm:
-        from metacog_fast.llm.models import resolve_model_folder, resolve_named_model
-        from metacog_fast.llm.uri import parse_uri
+    from metacog_fast.llm.models import trained_examples
 
-        u = parse_uri(cfg.llm)
-        files = None
-        if u.scheme == "finetuned":
-            files = resolve_named_model(u.target)
-        elif u.scheme == "llama-cpp" and u.target and Path(u.target).is_dir():
-            files = resolve_model_folder(u.target)
-        if files is not None and files.info:
-            return int(files.info.get("prompt", {}).get("examples", 2))
-    return 2
+    k = trained_examples(cfg.llm)
+    return 2 if k is None else k
 
 
 def summarize(run_dir: str | Path) -> dict[str, Any]:

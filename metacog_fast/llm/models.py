@@ -180,3 +180,21 @@ def resolve_named_model(name: str) -> ModelFiles:
         raise ValueError(f"finetuned:{name}: unknown model name; known: {have} (searched {where}); "
                          "export one with `metacog finetune export --name NAME`")
     return resolve_model_folder(found[name])
+
+
+def trained_examples(uri: str | None) -> int | None:
+    """The few-shot examples per prompt that the fine-tuned model at ``uri`` (``finetuned:NAME`` or
+    ``llama-cpp://FOLDER`` with a model.json) was trained with; None for any other model."""
+    if not uri:
+        return None
+    from metacog_fast.llm.uri import parse_uri
+
+    u = parse_uri(uri)
+    files = None
+    if u.scheme == "finetuned":
+        files = resolve_named_model(u.target)
+    elif u.scheme == "llama-cpp" and u.target and Path(u.target).is_dir():
+        files = resolve_model_folder(u.target)
+    if files is None or not files.info or "examples" not in files.info.get("prompt", {}):
+        return None
+    return int(files.info["prompt"]["examples"])

@@ -269,10 +269,25 @@ def _scorer_files(cfg: RunConfig) -> dict[str, bytes]:
     return {f.relative_to(root).as_posix(): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
 
 
+def _warn_examples(cfg: RunConfig) -> None:
+    """A fine-tuned actor continues the prompt it was trained on: warn when the run puts another
+    number of few-shot examples in it (the default 2 with an actor trained on none is the usual slip)."""
+    import warnings
+
+    from metacog_fast.llm.models import trained_examples
+
+    k = trained_examples(cfg.llm)
+    if k is not None and k != cfg.agent_config.examples:
+        warnings.warn(f"examples: {cfg.llm} was trained with {k} few-shot examples per prompt, this run puts "
+                      f"{cfg.agent_config.examples} in it; pass --examples {k} to prompt it as trained",
+                      UserWarning, stacklevel=3)
+
+
 def prepare_run(run_dir: str | Path, cfg: RunConfig) -> tuple[RunFolder, list[dict[str, str]]]:
     """Open the run folder (config.json written, or checked against ``cfg`` when resuming: only
     ``workers`` may differ) and return it with the run's games."""
     cfg.validate()
+    _warn_examples(cfg)
     games = select_games(cfg.split, cfg.tasks, cfg.data)
     folder = RunFolder(run_dir, cfg.to_dict(), ignore=("workers",), extra={"games": games})
     return folder, games
