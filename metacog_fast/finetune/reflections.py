@@ -177,17 +177,18 @@ def compare_reflectors(a_dir: str | Path, b_dir: str | Path, resamples: int = 10
     sides reflect on the same games; a game only one side reflected on is left out and counted."""
     from metacog_fast.metrics import compare_paired
 
-    sides = []
+    sides, configs = [], []
     for d in (a_dir, b_dir):
         root = Path(d)
         if not (root / "config.json").is_file():
             raise ValueError(f"compare: {root} is not a reflection collection (no config.json)")
+        configs.append(read_json(root / "config.json"))
         sides.append([read_json(p) for p in sorted((root / "games").glob("*.json"))])
     qa, qb = per_game_quality(sides[0]), per_game_quality(sides[1])
     games = sorted(set(qa) & set(qb))
     if len(games) < 2:
         raise ValueError(f"compare: the two collections share {len(games)} games with reflections; expected at least 2")
-    cfg_a, cfg_b = read_json(Path(a_dir) / "config.json"), read_json(Path(b_dir) / "config.json")
+    cfg_a, cfg_b = configs
     if cfg_a.get("actor") != cfg_b.get("actor"):
         raise ValueError(f"compare: the collections have different actors ({cfg_a.get('actor')!r}, "
                          f"{cfg_b.get('actor')!r}); reflection quality is compared with one actor")
@@ -206,7 +207,7 @@ def collect(out_dir: str | Path, cfg: ReflectionDataConfig) -> dict[str, Any]:
     from metacog_fast.agents.alfworld.config import AgentConfig
     from metacog_fast.agents.alfworld.fewshot import load_examples
     from metacog_fast.agents.alfworld.memory import ReflectionMemory
-    from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT, make_agent, select_games
+    from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT, make_agent
     from metacog_fast.envs import make_env
     from metacog_fast.scoring import MiniLMEncoder
 
