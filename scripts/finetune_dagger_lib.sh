@@ -19,7 +19,7 @@ restore_walkthrough_actor() {
 # DAgger collections), unpacked where runs/finetune lacks them: the builders then only index them.
 restore_records() {
   local rec
-  for rec in handcoded_train_games:games_train dagger0:dagger0_a dagger1:dagger1_a; do
+  for rec in handcoded_train_games:games_train dagger0:dagger0_a dagger1:dagger1_a dagger2:dagger2_a; do
     [ -d $R/${rec#*:} ] || [ ! -f results/finetune/records/${rec%:*}.tar.gz ] || \
       tar -xzf results/finetune/records/${rec%:*}.tar.gz -C $R
   done
