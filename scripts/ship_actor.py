@@ -37,6 +37,7 @@ def main() -> None:
     ap.add_argument("--description", required=True)
     ap.add_argument("--init-adapter", help="replaces training.init_adapter (a path in runs/ says nothing to a user)")
     ap.add_argument("--name", default="alfworld", help="the shipped model's name")
+    ap.add_argument("--models-root", type=Path, default=SHIPPED_MODELS, help="where the model folder goes (the package's)")
     args = ap.parse_args()
 
     info = json.loads((args.adapter / "model.json").read_text())
@@ -56,7 +57,7 @@ def main() -> None:
     if args.init_adapter:
         info.setdefault("training", {})["init_adapter"] = args.init_adapter
 
-    target = SHIPPED_MODELS / args.name
+    target = args.models_root / args.name
     target.mkdir(parents=True, exist_ok=True)
     tmp_gguf, tmp_json = target / f".{info['file']}.tmp", target / ".model.json.tmp"
     shutil.copyfile(args.adapter / info["file"], tmp_gguf)
