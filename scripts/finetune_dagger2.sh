@@ -13,10 +13,7 @@ cd "$(dirname "$0")/.."
 . scripts/finetune_dagger_lib.sh
 prepare
 S=dagger2
-$M finetune sft --data-dir $R/data_hc900 $R/dagger0_a $R/dagger0_b $R/dagger1_a $R/dagger1_b $R/dagger2_a $R/dagger2_b \
-  --out $R/sft_$S --init-adapter $W --epochs 1 --learning-rate 5e-4 --max-length 2048 >> $R/logs/sft_$S.log 2>&1
-[ -f $R/model_${S}_adapter/model.json ] || \
-  $M finetune export --checkpoint $R/sft_$S --out $R/model_${S}_adapter --format adapter >> $R/logs/export_${S}_adapter.log 2>&1
+train_adapter $S $R/data_hc900 $R/dagger0_a $R/dagger0_b $R/dagger1_a $R/dagger1_b $R/dagger2_a $R/dagger2_b
 $M finetune eval --llm "llama-cpp://$PWD/$R/model_${S}_adapter" --out $R/eval_${S}_adapter_120 --tasks 120 --workers 2 \
   >> $R/logs/eval_${S}_adapter_120.log 2>&1
 $M finetune compare $R/eval_${S}_adapter_120 results/finetune/eval_dagger0_shipped_120 > $R/compare_${S}_vs_dagger0_120.json

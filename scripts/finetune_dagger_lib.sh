@@ -50,15 +50,21 @@ dagger_collect() {
   wait
 }
 
-# train_export_eval S DATA...: LoRA from the walkthrough actor on DATA (one epoch, transcripts up to
-# 2,048 tokens), exported merged Q8_0 as finetuned:alfworld-S and as an adapter, evaluated on the 60
-# valid_train games.
-train_export_eval() {
+# train_adapter S DATA...: LoRA from the walkthrough actor on DATA (one epoch, transcripts up to 2,048
+# tokens), exported as a GGUF adapter in $R/model_S_adapter.
+train_adapter() {
   local S=$1; shift
   $M finetune sft --data-dir "$@" --out $R/sft_$S --init-adapter $W \
     --epochs 1 --learning-rate 5e-4 --max-length 2048 >> $R/logs/sft_$S.log 2>&1
-  $M finetune export --checkpoint $R/sft_$S --out $R/model_$S --name alfworld-$S >> $R/logs/export_$S.log 2>&1
   [ -f $R/model_${S}_adapter/model.json ] || \
     $M finetune export --checkpoint $R/sft_$S --out $R/model_${S}_adapter --format adapter >> $R/logs/export_${S}_adapter.log 2>&1
+}
+
+# train_export_eval S DATA...: train_adapter, also exported merged Q8_0 as finetuned:alfworld-S and
+# evaluated in that form on the 60 valid_train games.
+train_export_eval() {
+  local S=$1
+  train_adapter "$@"
+  $M finetune export --checkpoint $R/sft_$S --out $R/model_$S --name alfworld-$S >> $R/logs/export_$S.log 2>&1
   $M finetune eval --llm finetuned:alfworld-$S --out $R/eval_${S}_60 --tasks 60 --workers 2 >> $R/logs/eval_$S.log 2>&1
 }
