@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -346,3 +347,49 @@ def test_permutation_matches_llama_cpp_layout():
                           ("model.layers.3.self_attn.k_proj.weight", "blk.3.attn_k.weight", 3)):
         want = dequantize(t[gg].data, t[gg].tensor_type)
         np.testing.assert_array_equal(permute_qk(sd[hf].numpy(), heads), want)
+
+
+def test_ship_actor_records_the_adapters_own_evaluation(trained, tmp_path, monkeypatch):
+    """scripts/ship_actor.py copies an adapter export into a models root with the evaluation read
+    from that adapter's own `finetune eval` record; the shipped name then loads by name. It refuses
+    an evaluation of another model, a merged export and a --paired file that does not exist."""
+    import hashlib
+
+    from metacog_fast.finetune.evaluate import EvalConfig, evaluate
+    from metacog_fast.finetune.export import ExportConfig, export_gguf
+    from metacog_fast.llm.models import resolve_model_folder
+
+    run = trained[0]
+    monkeypatch.setenv("METACOG_MODELS_HOME", str(tmp_path / "home"))
+    export_gguf(run, tmp_path / "a", ExportConfig(format="adapter"))
+    export_gguf(run, tmp_path / "m", ExportConfig(format="merged"))
+    ev = evaluate(tmp_path / "eval", EvalConfig(llm=f"llama-cpp://{tmp_path / 'a'}", tasks=1, max_steps=2, workers=1))
+    evaluate(tmp_path / "eval_m", EvalConfig(llm=f"llama-cpp://{tmp_path / 'm'}", tasks=1, max_steps=2,
+                                                     workers=1))
+    (tmp_path / "cmp.json").write_text("{}")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "ship_actor.py"
+
+    def ship(adapter, evaluation, paired="cmp.json"):
+        return subprocess.run([sys.executable, str(script), "--adapter", str(tmp_path / adapter),
+                               "--evaluation", str(tmp_path / evaluation), "--record", "results/x",
+                               "--paired", f"vs_base={tmp_path / paired}", "--reproduce", "bash x.sh",
+                               "--description", "a tiny actor", "--name", "tiny-shipped",
+                               "--init-adapter", "finetuned:none", "--models-root", str(tmp_path / "root")],
+                              capture_output=True, text=True)
+
+    out = ship("a", "eval")
+    assert out.returncode == 0, out.stderr
+    shipped = tmp_path / "root" / "tiny-shipped"
+    info = json.loads((shipped / "model.json").read_text())
+    assert info["evaluation"]["success"] == ev["success"] and info["evaluation"]["games"] == 1
+    assert info["evaluation"]["paired"] == {"vs_base": str(tmp_path / "cmp.json")}
+    assert info["reproduce"] == ["bash x.sh"] and info["training"]["init_adapter"] == "finetuned:none"
+    digest = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()
+    assert digest(shipped / info["file"]) == digest(tmp_path / "a" / info["file"])
+    assert not list(shipped.glob(".*.tmp"))
+    assert resolve_model_folder(shipped).model_path.endswith("model-q8_0.gguf")  # served merged, as evaluated
+
+    for args, why in [(("a", "eval_m"), "--evaluation: .* evaluated"), (("m", "eval_m"), "--adapter: .* expected an"),
+                      (("a", "eval", "nope.json"), "--paired: expected NAME=PATH")]:
+        out = ship(*args)
+        assert out.returncode != 0 and re.search(why, out.stderr), (args, out.stderr)
