@@ -3,6 +3,9 @@ the reflections come from the reflector, the actor writes none, the episode reco
 models' calls, and the run configuration carries it (label, validation, resume of older folders)."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from metacog_fast.agents.alfworld.config import AgentConfig, RunConfig
@@ -95,3 +98,52 @@ def test_a_finetuned_actor_prompted_unlike_its_training_is_warned(tmp_path):
         prepare_run(tmp_path / "b", RunConfig(agent="react", llm="finetuned:alfworld", tasks=1,
                                               agent_config=AgentConfig(examples=0)))
         prepare_run(tmp_path / "c", RunConfig(agent="react", tasks=1))
+
+
+def test_model_identity_follows_content_not_names_or_paths(tmp_path, monkeypatch):
+    """A model folder's identity is its files' hashes: the same after a move to another path, another
+    once the name is given to a different model; an ALFWorld run folder started with one model under
+    ``finetuned:NAME`` refuses to resume once NAME stands for another, and so does a reflection
+    collection that has games."""
+    import shutil
+
+    from metacog_fast.agents.alfworld.protocol import prepare_run
+    from metacog_fast.finetune.reflections import claim_collection, claim_identity
+    from metacog_fast.llm.models import default_gguf, model_identity, models_identity
+
+    def folder(path, extra=b""):
+        path.mkdir(parents=True)
+        (path / "model.gguf").write_bytes(Path(default_gguf()).read_bytes() + extra)
+        (path / "model.json").write_text(json.dumps({"format": "merged", "file": "model.gguf",
+                                                     "prompt": {"examples": 0}}))
+        return path
+
+    monkeypatch.setenv("METACOG_MODELS_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("METACOG_MODELS", raising=False)
+    a = folder(tmp_path / "home" / "actor", extra=b"one model")
+    first = model_identity("finetuned:actor")
+    assert first == model_identity(f"llama-cpp://{a}") and set(first) == {"sha256"}
+    shutil.copytree(a, tmp_path / "moved")
+    assert model_identity(f"llama-cpp://{tmp_path / 'moved'}") == first
+    assert model_identity(None) == model_identity("llama-cpp://") != first
+    assert model_identity("http://127.0.0.1:9/v1") is None
+    shipped = model_identity("finetuned:alfworld")
+    assert set(shipped) == {"adapter_sha256", "base_sha256", "serving"}
+    assert shipped["base_sha256"] == model_identity(None)["sha256"]
+
+    cfg = RunConfig(agent="react", llm="finetuned:actor", tasks=1, agent_config=AgentConfig(examples=0))
+    prepare_run(tmp_path / "run", cfg)
+    prepare_run(tmp_path / "run", cfg)  # the same model resumes
+    coll = claim_collection(tmp_path / "coll", {"actor": "finetuned:actor"})
+    claim_identity(coll, models_identity(actor="finetuned:actor"))
+    (coll / "games" / "g.json").write_text("{}")
+
+    shutil.rmtree(a)
+    folder(a, extra=b"another model")
+    assert model_identity("finetuned:actor") != first
+    with pytest.raises(ValueError, match="what llm stands for changed"):
+        prepare_run(tmp_path / "run", cfg)
+    with pytest.raises(ValueError, match="what actor stands for changed"):
+        claim_identity(coll, models_identity(actor="finetuned:actor"))
+    with pytest.raises(ValueError, match="finetuned:nope: unknown model name"):
+        model_identity("finetuned:nope")

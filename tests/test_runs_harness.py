@@ -40,6 +40,21 @@ def test_folder_refuses_a_different_configuration_but_not_ignored_fields(tmp_pat
         RunFolder(tmp_path / "x", {}).record_path("../escape")
 
 
+def test_folder_refuses_a_model_that_changed_behind_its_name(tmp_path):
+    """The identity (what the configuration's names stand for) is stored when the folder is made;
+    a resume with another identity is refused naming the role, the same one resumes, and a folder
+    made before identities were recorded resumes unchecked and stays without one."""
+    cfg = {"llm": "finetuned:alfworld"}
+    RunFolder(tmp_path / "r", cfg, identity={"llm": {"adapter_sha256": "a1"}, "reflector": None})
+    RunFolder(tmp_path / "r", cfg, identity={"llm": {"adapter_sha256": "a1"}, "reflector": None})
+    with pytest.raises(ValueError, match=r"what llm stands for changed since this run was played"):
+        RunFolder(tmp_path / "r", cfg, identity={"llm": {"adapter_sha256": "b2"}, "reflector": None})
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["identity"]["llm"] == {"adapter_sha256": "a1"}
+    RunFolder(tmp_path / "old", cfg)
+    RunFolder(tmp_path / "old", cfg, identity={"llm": {"adapter_sha256": "b2"}})
+    assert "identity" not in json.loads((tmp_path / "old" / "config.json").read_text())
+
+
 def test_executor_config_names_the_bad_field():
     with pytest.raises(ValueError, match="executor"):
         ExecutorConfig(executor="threads").validate()

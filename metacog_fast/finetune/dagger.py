@@ -19,6 +19,7 @@ Layout (resumable; one record per game, atomic)::
     games/<game key>.json   executed pairs, expert labels, actor proposals, loss steps, won
     dataset.jsonl           source ``alfworld_dagger`` examples (a dataset folder SFT reads)
     manifest.json           config, counts, the actor's agreement with the expert, sha256
+    identity.json           the hashes of the actor model behind the URI (a resume must match them)
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from metacog_fast.agents.alfworld.fewshot import strip_intro
 from metacog_fast.agents.alfworld.protocol import game_key
 from metacog_fast.agents.alfworld.store import read_json, write_json_atomic
 from metacog_fast.finetune.data import HELD_OUT_SPLITS, select_walkthrough_games, sha256_file
-from metacog_fast.finetune.reflections import claim_collection
+from metacog_fast.finetune.reflections import claim_collection, claim_identity
 
 
 @dataclass
@@ -138,6 +139,7 @@ def collect_dagger(out_dir: str | Path, cfg: DaggerConfig) -> dict[str, Any]:
     from metacog_fast.envs.alfworld_env import task_type_of
     from metacog_fast.finetune.evaluate import EvalConfig, _examples_for
     from metacog_fast.llm import open_llm
+    from metacog_fast.llm.models import models_identity
 
     cfg.validate()
     out = claim_collection(out_dir, asdict(cfg))
@@ -145,6 +147,7 @@ def collect_dagger(out_dir: str | Path, cfg: DaggerConfig) -> dict[str, Any]:
     games = select_walkthrough_games(cfg.split, cfg.max_games, None, cfg.skip_games)
     todo = [g for g in games if not (out / "games" / f"{game_key(g)}.json").exists()]
     if todo:
+        claim_identity(out, models_identity(actor=cfg.actor))
         examples = _examples_for(EvalConfig(llm=cfg.actor, examples=cfg.examples))
         ac = AgentConfig(max_steps=cfg.max_steps, examples=examples, map_actions="none", seed=cfg.seed)
         shots = load_examples(DEFAULT_FEWSHOT, max(examples, 1), ac.example_max_steps) if examples else {}

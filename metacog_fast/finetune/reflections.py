@@ -79,6 +79,24 @@ def claim_collection(out_dir: str | Path, config: dict[str, Any]) -> Path:
     return out
 
 
+def claim_identity(out: Path, identity: dict[str, Any]) -> None:
+    """Before a collection plays more games: ``identity`` (the models behind its URIs,
+    :func:`~metacog_fast.llm.models.models_identity`) must equal the ``identity.json`` of the games
+    already there (a name such as ``finetuned:alfworld`` may have been given to another model since).
+    The first games write it; a collection played before identities were recorded (games but no
+    identity.json) stays unchecked."""
+    path = out / "identity.json"
+    if path.exists():
+        was = read_json(path)
+        changed = sorted(k for k in set(was) | set(identity) if was.get(k) != identity.get(k))
+        if changed:
+            raise ValueError(f"{path}: what {', '.join(changed)} stands for changed since this collection was "
+                             f"played (was {[was.get(k) for k in changed]}, now {[identity.get(k) for k in changed]}); "
+                             "use another --out")
+    elif not any((out / "games").iterdir()):
+        write_json_atomic(path, identity)
+
+
 def _open(uri: str | None, cfg: ReflectionDataConfig) -> Any:
     from metacog_fast.llm import open_llm
 
@@ -212,10 +230,13 @@ def collect(out_dir: str | Path, cfg: ReflectionDataConfig) -> dict[str, Any]:
     from metacog_fast.scoring import MiniLMEncoder
 
     cfg.validate()
+    from metacog_fast.llm.models import models_identity
+
     out = claim_collection(out_dir, asdict(cfg))
     games = collection_games(cfg)
     todo = [g for g in games if not (out / "games" / f"{g['game']}.json").exists()]
     if todo:
+        claim_identity(out, models_identity(actor=cfg.actor, reflector=cfg.reflector))
         ac = AgentConfig(max_steps=cfg.max_steps, examples=_actor_examples(cfg), seed=cfg.seed)
         actor = _open(cfg.actor, cfg)
         reflector = _open(cfg.reflector, cfg) if cfg.reflector != cfg.actor else actor

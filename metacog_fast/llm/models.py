@@ -198,3 +198,61 @@ def trained_examples(uri: str | None) -> int | None:
     if files is None or not files.info or "examples" not in files.info.get("prompt", {}):
         return None
     return int(files.info["prompt"]["examples"])
+
+
+_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _file_digest(path: str) -> str:
+    """sha256 of a file, remembered per (path, size, mtime) within this process."""
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    if key not in _FILE_DIGESTS:
+        _FILE_DIGESTS[key] = _sha256(Path(path))
+    return _FILE_DIGESTS[key]
+
+
+def model_identity(uri: str | None) -> dict[str, str] | None:
+    """What a local model URI stands for, by content: ``{"sha256": ...}`` of the GGUF it loads, and for a
+    fine-tuned adapter ``{"adapter_sha256": ..., "base_sha256": ..., "serving": ...}`` (merged at load
+    or applied per token: the two round differently and can change a greedy episode). Paths are left out, so a run
+    folder moved to another machine keeps its identity, while a name such as ``finetuned:alfworld``
+    that now points at another model does not. None for a URI whose model is not a local file (an
+    HTTP server, a test double): only its URI says what it was. ``None`` itself is the base SmolLM2."""
+    from metacog_fast.llm.uri import parse_uri
+
+    u = parse_uri(uri) if uri else None
+    if u is not None and u.scheme not in ("finetuned", "llama-cpp"):
+        return None
+    if u is None or (u.scheme == "llama-cpp" and not u.target):
+        return {"sha256": _file_digest(default_gguf())}
+    if u.scheme == "finetuned":
+        found = list_named_models()
+        if u.target not in found:
+            resolve_named_model(u.target)  # raises the error that lists the known names
+        folder: Path | None = found[u.target]
+    else:
+        folder = Path(u.target) if Path(u.target).is_dir() else None
+    if folder is None:
+        return {"sha256": _file_digest(check_gguf(u.target))}
+    meta = folder / "model.json"
+    if not meta.is_file():
+        raise FileNotFoundError(f"{folder}: not a fine-tuned model folder (model.json missing)")
+    try:
+        info = json.loads(meta.read_text())
+        file = str(folder / info["file"])
+        fmt = info["format"]
+    except (json.JSONDecodeError, KeyError) as exc:
+        raise ValueError(f"{meta}: malformed model.json ({exc})") from exc
+    digest = info.get("sha256") or _file_digest(check_gguf(file))
+    if fmt != "adapter":
+        return {"sha256": digest}
+    base = info.get("base") or "smollm2"
+    base_digest = info.get("base_sha256") or _file_digest(default_gguf() if base == "smollm2" else check_gguf(base))
+    return {"adapter_sha256": digest, "base_sha256": base_digest, "serving": adapter_serving()}
+
+
+def models_identity(**uris: str | None) -> dict[str, dict[str, str] | None]:
+    """{role: :func:`model_identity`} of a run's models, e.g. ``models_identity(llm=..., reflector=...)``:
+    what a run folder records so that a resumed run is refused when a model behind a name changed."""
+    return {role: model_identity(uri) for role, uri in uris.items()}

@@ -45,10 +45,15 @@ class RunFolder:
     keep their own snapshots); opening a folder that holds
     a snapshot whose fields differ (other than ``ignore``: fields that do not change results, such
     as the worker count) raises ValueError naming the fields. ``extra`` goes into the snapshot when
-    the folder is created (a resumed folder keeps its own)."""
+    the folder is created (a resumed folder keeps its own). ``identity``: what the configuration's
+    names stand for (e.g. the hashes of the models behind ``finetuned:alfworld``); stored when the
+    folder is created and, when a resumed folder has one, required to be equal, so that episodes of
+    two different models never end up in one run. A folder written before identities were recorded
+    resumes unchecked."""
 
     def __init__(self, path: str | os.PathLike, config: Mapping[str, Any] | None, *, ignore: Iterable[str] = (),
-                 extra: Mapping[str, Any] | None = None, snapshot: str = "config.json") -> None:
+                 extra: Mapping[str, Any] | None = None, snapshot: str = "config.json",
+                 identity: Mapping[str, Any] | None = None) -> None:
         self.root = Path(path)
         self.snapshot_path = self.root / snapshot
         self.ignore = tuple(ignore)
@@ -69,7 +74,16 @@ class RunFolder:
                                  f"(fields {diff}); use another folder, or the same configuration to resume")
             if "config" not in previous:
                 previous = {}
-        doc = {**(extra or {}), **(previous or {}), "config": self.config}  # extra: set when created
+        self.identity = json.loads(json.dumps(dict(identity))) if identity is not None else None
+        if previous and self.identity is not None and previous.get("identity") is not None:
+            was = previous["identity"]
+            changed = sorted(k for k in set(was) | set(self.identity) if was.get(k) != self.identity.get(k))
+            if changed:
+                raise ValueError(f"{self.snapshot_path}: what {', '.join(changed)} stands for changed since this run "
+                                 f"was played (was {[was.get(k) for k in changed]}, now "
+                                 f"{[self.identity.get(k) for k in changed]}); use another folder")
+        new = {"identity": self.identity} if self.identity is not None and not previous else {}
+        doc = {**(extra or {}), **new, **(previous or {}), "config": self.config}  # extra: set when created
         write_json_atomic(self.snapshot_path, doc)
 
     def read_snapshot(self) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from metacog_fast.agents.alfworld.config import AgentConfig, PretrainConfig, RunConfig
 from metacog_fast.agents.alfworld.fewshot import TASK_TYPES, load_examples
+from metacog_fast.llm.models import models_identity
 from metacog_fast.runs import ExecutorConfig, Record, RunFolder, RunSummary, SideFile, Task, run_tasks
 from metacog_fast.runs.records import read_json, write_json_atomic
 
@@ -285,11 +286,13 @@ def _warn_examples(cfg: RunConfig) -> None:
 
 def prepare_run(run_dir: str | Path, cfg: RunConfig) -> tuple[RunFolder, list[dict[str, str]]]:
     """Open the run folder (config.json written, or checked against ``cfg`` when resuming: only
-    ``workers`` may differ) and return it with the run's games."""
+    ``workers`` may differ, and the models behind the URIs must be the ones the run was started
+    with) and return it with the run's games."""
     cfg.validate()
     _warn_examples(cfg)
     games = select_games(cfg.split, cfg.tasks, cfg.data)
-    folder = RunFolder(run_dir, cfg.to_dict(), ignore=("workers",), extra={"games": games})
+    models = models_identity(llm=cfg.llm, **({"reflector": cfg.reflector} if cfg.reflector else {}))
+    folder = RunFolder(run_dir, cfg.to_dict(), ignore=("workers",), extra={"games": games}, identity=models)
     return folder, games
 
 

@@ -26,6 +26,7 @@ from metacog_fast.agents.experience.config import ExperienceConfig
 from metacog_fast.agents.experience.embed import make_embedder
 from metacog_fast.agents.experience.memory import ExperienceMemory, open_store
 from metacog_fast.agents.experience.metrics import summarise, write_metrics
+from metacog_fast.llm.models import models_identity
 from metacog_fast.runs import ExecutorConfig, Record, RunFolder, Task, run_tasks
 
 if TYPE_CHECKING:
@@ -150,7 +151,8 @@ def _run(cfg: ProtocolConfig, exp: ExperienceConfig | None, llm: LLM | None, log
         raise ValueError("llm: an LLM object runs in this process only; give ProtocolConfig.llm_uri to run "
                          f"on executor {executor.executor!r}")
     folder = RunFolder(cfg.out, {"protocol": asdict(cfg), "experience": asdict(exp)},
-                       ignore=("protocol.n_threads", "protocol.out", "protocol.iterations"))
+                       ignore=("protocol.n_threads", "protocol.out", "protocol.iterations"),
+                       identity=models_identity(llm=cfg.llm_uri) if cfg.llm_uri and llm is None else None)
     memory_in = None
     if cfg.memory_in:
         probe = ExperienceMemory(exp, make_embedder(cfg.embedder))
