@@ -6,8 +6,8 @@
 #     trained on (1,800-1,999 of the round-robin order; the DAgger rounds stopped at 1,799), two halves
 #     side by side, one core each; on every failed first attempt the base SmolLM2 samples 8 reflections
 #     and the actor replays the game after each one;
-#  2. DPO of the base reflector (LoRA, the command's defaults) on those pairs and the 22 of the first
-#     measurement when they were played by the same actor, exported as finetuned:reflector-dpo2;
+#  2. DPO of the base reflector (LoRA, the command's defaults) on those pairs, exported as
+#     finetuned:reflector-dpo2;
 #  3. reflection quality on valid_seen games 48-139 (92 games no pair came from): the base and the DPO
 #     reflector side by side, 4 reflections per failed game, compared game by game.
 # Every step resumes: rerun after a kill. The played games are packed into
@@ -20,15 +20,14 @@ M=.venv/bin/metacog
 R=runs/finetune
 ACTOR=${ACTOR:-finetuned:alfworld}
 REC=results/finetune/records/reflections2.tar.gz
-FIRST=results/finetune/records/reflections.tar.gz
 mkdir -p $R/logs
 [ -d $R/refl2_pairs_a ] || [ ! -f $REC ] || tar -xzf $REC -C $R
-[ -d $R/refl_pairs_a ] || [ ! -f $FIRST ] || tar -xzf $FIRST -C $R
 
-pack() {  # the collections' configs and games (not pairs/manifest: the command rewrites them)
+pack() {  # the collections' configs, model identities and games (not pairs/manifest: rewritten by the command)
   local dirs=() d
   for d in $R/refl2_pairs_a $R/refl2_pairs_b $R/refl2_q_base $R/refl2_q_dpo; do
     [ -d $d/games ] && dirs+=("$(basename $d)/config.json" "$(basename $d)/games")
+    [ -f $d/identity.json ] && dirs+=("$(basename $d)/identity.json")
   done
   tar -czf $REC.tmp -C $R "${dirs[@]}" && mv $REC.tmp $REC
 }
@@ -39,23 +38,11 @@ reflections() {  # OUT SPLIT SKIP GAMES [flags...]
     >> $R/logs/$out.log 2>&1
 }
 
-same_actor() {  # DIR: its collection was played by $ACTOR (the first measurement's may not have been)
-  [ -f $1/config.json ] && [ "$(.venv/bin/python -c "import json,sys; print(json.load(open(sys.argv[1]))['actor'])" \
-    $1/config.json)" = "$ACTOR" ]
-}
-
 reflections refl2_pairs_a train 1800 100 --reflections 8 &
 reflections refl2_pairs_b train 1900 100 --reflections 8 &
 wait
 pack
-pairs=($R/refl2_pairs_a $R/refl2_pairs_b)
-for d in $R/refl_pairs_a $R/refl_pairs_b; do
-  if same_actor $d; then
-    [ -f $d/pairs.jsonl ] || reflections $(basename $d) valid_seen $([ $d = $R/refl_pairs_a ] && echo 0 || echo 24) 24
-    pairs+=($d)
-  fi
-done
-$M finetune dpo --pairs-dir "${pairs[@]}" --out $R/dpo_reflector2 >> $R/logs/dpo_reflector2.log 2>&1
+$M finetune dpo --pairs-dir $R/refl2_pairs_a $R/refl2_pairs_b --out $R/dpo_reflector2 >> $R/logs/dpo_reflector2.log 2>&1
 [ -f $R/model_dpo_reflector2/model.json ] || \
   $M finetune export --checkpoint $R/dpo_reflector2 --out $R/model_dpo_reflector2 --format adapter \
     --name reflector-dpo2 >> $R/logs/export_dpo_reflector2.log 2>&1
