@@ -47,7 +47,7 @@ def test_folder_refuses_a_model_that_changed_behind_its_name(tmp_path):
     cfg = {"llm": "finetuned:alfworld"}
     RunFolder(tmp_path / "r", cfg, identity={"llm": {"adapter_sha256": "a1"}, "reflector": None})
     RunFolder(tmp_path / "r", cfg, identity={"llm": {"adapter_sha256": "a1"}, "reflector": None})
-    with pytest.raises(ValueError, match=r"what llm stands for changed since this run was played"):
+    with pytest.raises(ValueError, match=r"what llm stands for changed since it was played"):
         RunFolder(tmp_path / "r", cfg, identity={"llm": {"adapter_sha256": "b2"}, "reflector": None})
     assert json.loads((tmp_path / "r" / "config.json").read_text())["identity"]["llm"] == {"adapter_sha256": "a1"}
     RunFolder(tmp_path / "old", cfg)

@@ -87,12 +87,11 @@ def claim_identity(out: Path, identity: dict[str, Any]) -> None:
     identity.json) stays unchecked."""
     path = out / "identity.json"
     if path.exists():
-        was = read_json(path)
-        changed = sorted(k for k in set(was) | set(identity) if was.get(k) != identity.get(k))
-        if changed:
-            raise ValueError(f"{path}: what {', '.join(changed)} stands for changed since this collection was "
-                             f"played (was {[was.get(k) for k in changed]}, now {[identity.get(k) for k in changed]}); "
-                             "use another --out")
+        from metacog_fast.runs.folder import identity_differences
+
+        diff = identity_differences(read_json(path), identity)
+        if diff:
+            raise ValueError(f"{path}: {diff}; use another --out")
     elif not any((out / "games").iterdir()):
         write_json_atomic(path, identity)
 

@@ -40,6 +40,16 @@ def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], ignore: I
 _MISSING = object()
 
 
+def identity_differences(was: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
+    """None when two identities (role -> what its name stands for) are equal, else a message naming
+    the roles that changed with both values."""
+    changed = sorted(k for k in set(was) | set(now) if was.get(k) != now.get(k))
+    if not changed:
+        return None
+    return (f"what {', '.join(changed)} stands for changed since it was played (was "
+            f"{[was.get(k) for k in changed]}, now {[now.get(k) for k in changed]})")
+
+
 class RunFolder:
     """One run's folder. ``config`` is the JSON-able configuration (None: a folder whose sub-runs
     keep their own snapshots); opening a folder that holds
@@ -76,12 +86,9 @@ class RunFolder:
                 previous = {}
         self.identity = json.loads(json.dumps(dict(identity))) if identity is not None else None
         if previous and self.identity is not None and previous.get("identity") is not None:
-            was = previous["identity"]
-            changed = sorted(k for k in set(was) | set(self.identity) if was.get(k) != self.identity.get(k))
-            if changed:
-                raise ValueError(f"{self.snapshot_path}: what {', '.join(changed)} stands for changed since this run "
-                                 f"was played (was {[was.get(k) for k in changed]}, now "
-                                 f"{[self.identity.get(k) for k in changed]}); use another folder")
+            diff = identity_differences(previous["identity"], self.identity)
+            if diff:
+                raise ValueError(f"{self.snapshot_path}: {diff}; use another folder")
         new = {"identity": self.identity} if self.identity is not None and not previous else {}
         doc = {**(extra or {}), **new, **(previous or {}), "config": self.config}  # extra: set when created
         write_json_atomic(self.snapshot_path, doc)
