@@ -120,12 +120,16 @@ def test_model_identity_follows_content_not_names_or_paths(tmp_path, monkeypatch
 
     monkeypatch.setenv("METACOG_MODELS_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("METACOG_MODELS", raising=False)
+    monkeypatch.delenv("METACOG_LLM", raising=False)
     a = folder(tmp_path / "home" / "actor", extra=b"one model")
     first = model_identity("finetuned:actor")
     assert first == model_identity(f"llama-cpp://{a}") and set(first) == {"sha256"}
     shutil.copytree(a, tmp_path / "moved")
     assert model_identity(f"llama-cpp://{tmp_path / 'moved'}") == first
     assert model_identity(None) == model_identity("llama-cpp://") != first
+    monkeypatch.setenv("METACOG_LLM", "finetuned:actor")  # None is what open_llm(None) would open
+    assert model_identity(None) == first
+    monkeypatch.delenv("METACOG_LLM")
     assert model_identity("http://127.0.0.1:9/v1") is None
     shipped = model_identity("finetuned:alfworld")
     assert set(shipped) == {"adapter_sha256", "base_sha256", "serving"}

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from metacog_fast.agents.generative import AgentConfig
+from metacog_fast.llm.models import models_identity
 from metacog_fast.runs import ExecutorConfig
 from metacog_fast.sim.runner import AblationOptions, RunOptions, ablate
 
@@ -24,6 +25,7 @@ def test_sim_ablation_runs_resume_and_keep_their_files(tmp_path):
         run = json.loads((d / "run.json").read_text())
         assert all(run["config"]["features"].values()) == (name == "all") and (d / "viewer.html").stat().st_size > 0
         assert json.loads((d / "summary.json").read_text())["steps"] == 1
+    assert json.loads((tmp_path / "config.json").read_text())["identity"] == models_identity(llm=None)
     before = {p.name: p.read_bytes() for p in tmp_path.glob("*_run0/summary.json")}
     again = ablate(opts, str(tmp_path), None, None, AblationOptions(configs=("all",), runs=1), agent_config=ac,
                    log=logs.append, executor=ExecutorConfig(executor="inline", progress=False))

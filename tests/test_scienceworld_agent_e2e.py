@@ -73,6 +73,10 @@ def test_resume_runs_nothing_twice_and_rejects_other_configs(run) -> None:
     out, cfg, _ = run
     again = run_protocol(out, cfg)
     assert again["tasks"][0]["episodes"] == 0
+    from metacog_fast.llm.models import models_identity
+
+    with open(os.path.join(out, "run.json")) as f:  # the hashes of the model behind cfg.llm
+        assert json.load(f)["identity"] == models_identity(llm=None)
     with pytest.raises(ValueError, match="different configuration"):
         run_protocol(out, RunConfig(tasks=[13], variations=1, max_steps=STEPS + 1, budget_factor=0.0, warmup_per_task=1))
 

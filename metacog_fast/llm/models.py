@@ -218,9 +218,11 @@ def model_identity(uri: str | None) -> dict[str, str] | None:
     or applied per token: the two round differently and can change a greedy episode). Paths are left out, so a run
     folder moved to another machine keeps its identity, while a name such as ``finetuned:alfworld``
     that now points at another model does not. None for a URI whose model is not a local file (an
-    HTTP server, a test double): only its URI says what it was. ``None`` itself is the base SmolLM2."""
-    from metacog_fast.llm.uri import parse_uri
+    HTTP server, a test double): only its URI says what it was. ``None`` is what ``open_llm(None)``
+    opens: ``$METACOG_LLM``, else the base SmolLM2."""
+    from metacog_fast.llm.uri import parse_uri, resolve_uri
 
+    uri = resolve_uri(uri)
     u = parse_uri(uri) if uri else None
     if u is not None and u.scheme not in ("finetuned", "llama-cpp"):
         return None

@@ -220,7 +220,10 @@ def ablate(opts: RunOptions, out_dir: str, llm: SimLLM | None, encoder: TextEnco
                              f"llm_uri to run on executor {ex.executor!r}")
         ex = replace(ex, executor="inline")
     base_seed = opts.seed if opts.seed is not None else load_scenario(opts.scenario, opts.world, n_agents=1).seed
-    folder = RunFolder(out_dir, {"opts": asdict(opts), "agent_config": asdict(ac)})
+    from metacog_fast.llm.models import models_identity
+
+    folder = RunFolder(out_dir, {"opts": asdict(opts), "agent_config": asdict(ac)},
+                       identity=models_identity(llm=llm_uri) if llm is None else None)
     tasks = []
     for name in configs:
         for r in range(runs):

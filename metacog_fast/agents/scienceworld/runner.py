@@ -291,8 +291,11 @@ def run_protocol(run: str, cfg: RunConfig, executor: ExecutorConfig | None = Non
     from metacog_fast.envs.scienceworld_env import resolve_task
 
     cfg.validate()
+    from metacog_fast.llm.models import models_identity
+
     folder = RunFolder(run, asdict(cfg), ignore=("workers",), snapshot="run.json",
-                       extra={"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                       extra={"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                       identity=models_identity(llm=cfg.llm))
     t0 = time.perf_counter()
     gold = cfg.swift != "llm" and not (folder.root / "ranker.npz").exists()
     names = {t: resolve_task(t) for t in cfg.tasks}
