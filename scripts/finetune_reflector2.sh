@@ -2,17 +2,18 @@
 # The reflector's pre-deployment at a size that can show an effect (docs/finetune.md, "The reflector:
 # reflection outcomes and DPO"; the first measurement, scripts/finetune_reflector.sh, had 22 pairs
 # from 7 games and no effect):
-#  1. pairs: the shipped actor (finetuned:alfworld, or $ACTOR) plays 200 `train` games it was not
-#     trained on (1,800-1,999 of the round-robin order; the DAgger rounds stopped at 1,799), two halves
-#     side by side, one core each; on every failed first attempt the base SmolLM2 samples 8 reflections
-#     and the actor replays the game after each one;
+#  1. pairs: the shipped actor (finetuned:alfworld, or $ACTOR) plays 96 `train` games it was not
+#     trained on (1,800-1,847 and 1,900-1,947 of the round-robin order; the DAgger rounds stopped at
+#     1,799), two halves side by side, one core each; on every failed first attempt the base SmolLM2
+#     samples 8 reflections and the actor replays the game after each one (a failed replay is 50
+#     steps: ~1.9 min a game on one core; a collection grows by rerunning it with a larger count);
 #  2. DPO of the base reflector (LoRA, the command's defaults) on those pairs, exported as
 #     finetuned:reflector-dpo2;
 #  3. reflection quality on valid_seen games 48-139 (92 games no pair came from): the base and the DPO
 #     reflector side by side, 4 reflections per failed game, compared game by game.
 # Every step resumes: rerun after a kill. The played games are packed into
 # results/finetune/records/reflections2.tar.gz after each collection step (commit it) and unpacked here
-# when runs/ lacks them. On this 2-core machine: pairs ~65 min, DPO ~1 h, quality ~35 min.
+# when runs/ lacks them. On this 2-core machine: pairs ~90 min, DPO ~1 h, quality ~1.5 h.
 #   nohup bash scripts/finetune_reflector2.sh > runs/finetune/logs/reflector2.out 2>&1 &
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,8 +39,8 @@ reflections() {  # OUT SPLIT SKIP GAMES [flags...]
     >> $R/logs/$out.log 2>&1
 }
 
-reflections refl2_pairs_a train 1800 100 --reflections 8 &
-reflections refl2_pairs_b train 1900 100 --reflections 8 &
+reflections refl2_pairs_a train 1800 48 --reflections 8 &
+reflections refl2_pairs_b train 1900 48 --reflections 8 &
 wait
 pack
 $M finetune dpo --pairs-dir $R/refl2_pairs_a $R/refl2_pairs_b --out $R/dpo_reflector2 >> $R/logs/dpo_reflector2.log 2>&1

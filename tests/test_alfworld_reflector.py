@@ -151,3 +151,21 @@ def test_model_identity_follows_content_not_names_or_paths(tmp_path, monkeypatch
         claim_identity(coll, models_identity(actor="finetuned:actor"))
     with pytest.raises(ValueError, match="finetuned:nope: unknown model name"):
         model_identity("finetuned:nope")
+
+
+def test_a_collection_grows_or_is_cut_short_but_keeps_its_configuration(tmp_path):
+    """A reflection collection's game count is a prefix of one round-robin order: rerunning it with
+    another count reopens the same folder (config.json keeps the latest count), any other field is refused."""
+    from metacog_fast.finetune.reflections import claim_collection, collection_games, ReflectionDataConfig
+
+    conf = {"split": "train", "games": 100, "skip_games": 1800, "reflections": 8}
+    claim_collection(tmp_path / "c", conf, resizable=("games",))
+    claim_collection(tmp_path / "c", {**conf, "games": 48}, resizable=("games",))
+    assert json.loads((tmp_path / "c" / "config.json").read_text())["games"] == 48
+    with pytest.raises(ValueError, match="another configuration"):
+        claim_collection(tmp_path / "c", {**conf, "games": 48, "reflections": 4}, resizable=("games",))
+    with pytest.raises(ValueError, match="another configuration"):
+        claim_collection(tmp_path / "c", {**conf, "games": 100})  # a count is only resizable when asked
+    short = collection_games(ReflectionDataConfig(split="valid_seen", games=10, skip_games=6))
+    long = collection_games(ReflectionDataConfig(split="valid_seen", games=20, skip_games=6))
+    assert long[:10] == short  # the smaller collection is the start of the larger one

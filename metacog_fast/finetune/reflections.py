@@ -67,14 +67,20 @@ class ReflectionDataConfig:
         return self
 
 
-def claim_collection(out_dir: str | Path, config: dict[str, Any]) -> Path:
+def claim_collection(out_dir: str | Path, config: dict[str, Any], resizable: tuple[str, ...] = ()) -> Path:
     """Make (or reopen) a per-game collection folder (``games/`` beside ``config.json``); a folder
-    holding a collection of another configuration is refused, so a rerun resumes only its own."""
+    holding a collection of another configuration is refused, so a rerun resumes only its own.
+    ``resizable``: fields that only say how many games of a fixed order are played (``games``), so
+    that a collection may be grown, or cut short, by rerunning it with another count; the folder's
+    config.json then holds the latest count."""
     out = Path(out_dir)
     (out / "games").mkdir(parents=True, exist_ok=True)
     conf_path = out / "config.json"
-    if conf_path.exists() and read_json(conf_path) != config:
-        raise ValueError(f"{conf_path}: the folder holds a collection of another configuration; use another --out")
+    if conf_path.exists():
+        was = read_json(conf_path)
+        drop = lambda c: {k: v for k, v in c.items() if k not in resizable}  # noqa: E731
+        if drop(was) != drop(config):
+            raise ValueError(f"{conf_path}: the folder holds a collection of another configuration; use another --out")
     write_json_atomic(conf_path, config)
     return out
 
@@ -231,7 +237,7 @@ def collect(out_dir: str | Path, cfg: ReflectionDataConfig) -> dict[str, Any]:
     cfg.validate()
     from metacog_fast.llm.models import models_identity
 
-    out = claim_collection(out_dir, asdict(cfg))
+    out = claim_collection(out_dir, asdict(cfg), resizable=("games",))  # games: a prefix of one order
     games = collection_games(cfg)
     todo = [g for g in games if not (out / "games" / f"{g['game']}.json").exists()]
     if todo:
