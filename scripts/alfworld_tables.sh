@@ -20,7 +20,7 @@ M=.venv/bin/metacog
 O=runs/alfworld3
 REC=results/alfworld/run3/records
 ACTOR=${ACTOR:-finetuned:alfworld}
-DPO=${DPO_REFLECTOR:-finetuned:reflector-dpo}
+DPO=${DPO_REFLECTOR:-finetuned:reflector-dpo2}
 BASE=llama-cpp://
 AGENTS=${AGENTS:-"react reflexion reflexion+sl fcrf muse muse-lowest muse-random"}
 mkdir -p $O $REC

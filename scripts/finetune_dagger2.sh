@@ -5,7 +5,7 @@
 # actor is trained on the aggregate of all three rounds (LoRA from the walkthrough actor's adapter, the
 # options of rounds 0 and 1), exported as an adapter, evaluated in that form on 120 valid_train games
 # and compared (paired) with the shipped round-0 adapter and the round-1 adapter on the same 120.
-# It ships only if it beats the shipped actor at 5 % (McNemar): scripts/ship_actor.py does that part.
+# It ships only if it beats the shipped actor at 5 % (McNemar): scripts/ship_model.py does that part.
 # Every step resumes: rerun after a kill. On this 2-core machine: SFT ~100 min, evaluation ~15 min.
 #   nohup bash scripts/finetune_dagger2.sh > runs/finetune/logs/dagger2.out 2>&1 &
 set -euo pipefail

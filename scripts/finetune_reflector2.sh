@@ -2,8 +2,8 @@
 # The reflector's pre-deployment at a size that can show an effect (docs/finetune.md, "The reflector:
 # reflection outcomes and DPO"; the first measurement, scripts/finetune_reflector.sh, had 22 pairs
 # from 7 games and no effect):
-#  1. pairs: the shipped actor (finetuned:alfworld, or $ACTOR) plays 96 `train` games it was not
-#     trained on (1,800-1,847 and 1,900-1,947 of the round-robin order; the DAgger rounds stopped at
+#  1. pairs: the shipped actor (finetuned:alfworld, or $ACTOR) plays 104 `train` games it was not
+#     trained on (1,800-1,847 and 1,900-1,955 of the round-robin order; the DAgger rounds stopped at
 #     1,799), two halves side by side, one core each; on every failed first attempt the base SmolLM2
 #     samples 8 reflections and the actor replays the game after each one (a failed replay is 50
 #     steps: ~1.9 min a game on one core; a collection grows by rerunning it with a larger count);
@@ -40,7 +40,7 @@ reflections() {  # OUT SPLIT SKIP GAMES [flags...]
 }
 
 reflections refl2_pairs_a train 1800 48 --reflections 8 &
-reflections refl2_pairs_b train 1900 48 --reflections 8 &
+reflections refl2_pairs_b train 1900 56 --reflections 8 &
 wait
 pack
 $M finetune dpo --pairs-dir $R/refl2_pairs_a $R/refl2_pairs_b --out $R/dpo_reflector2 >> $R/logs/dpo_reflector2.log 2>&1
@@ -52,3 +52,10 @@ reflections refl2_q_dpo valid_seen 48 92 --reflector finetuned:reflector-dpo2 &
 wait
 pack
 $M finetune reflections-compare $R/refl2_q_dpo $R/refl2_q_base > $R/compare_reflector_dpo2_vs_base.json
+# Shipped in the package whatever the comparison says (the agents' tables need a DPO reflector on a
+# fresh machine); its model.json carries the comparison, so the effect, or its absence, travels with it.
+.venv/bin/python scripts/ship_model.py --adapter $R/model_dpo_reflector2 --role reflector --name reflector-dpo2 \
+  --evaluation $R/compare_reflector_dpo2_vs_base.json \
+  --record "results/finetune/compare_reflector_dpo2_vs_base.json (games in results/finetune/records/reflections2.tar.gz)" \
+  --reproduce "bash scripts/finetune_reflector2.sh   # unpacks the committed games, rebuilds the pairs, trains DPO, exports, measures" \
+  --description "SmolLM2-135M-Instruct + LoRA r16 (all linear layers), DPO (beta 0.1, 2 epochs) on preference pairs of the base model's own reflections on ALFWorld train games: a reflection after which the shipped actor's next attempt won vs one after which it failed"

@@ -349,8 +349,8 @@ def test_permutation_matches_llama_cpp_layout():
         np.testing.assert_array_equal(permute_qk(sd[hf].numpy(), heads), want)
 
 
-def test_ship_actor_records_the_adapters_own_evaluation(trained, tmp_path, monkeypatch):
-    """scripts/ship_actor.py copies an adapter export into a models root with the evaluation read
+def test_ship_model_records_the_adapters_own_evaluation(trained, tmp_path, monkeypatch):
+    """scripts/ship_model.py copies an adapter export into a models root with the evaluation read
     from that adapter's own `finetune eval` record; the shipped name then loads by name. It refuses
     an evaluation of another model, a merged export and a --paired file that does not exist."""
     import hashlib
@@ -367,7 +367,7 @@ def test_ship_actor_records_the_adapters_own_evaluation(trained, tmp_path, monke
     evaluate(tmp_path / "eval_m", EvalConfig(llm=f"llama-cpp://{tmp_path / 'm'}", tasks=1, max_steps=2,
                                                      workers=1))
     (tmp_path / "cmp.json").write_text("{}")
-    script = Path(__file__).resolve().parents[1] / "scripts" / "ship_actor.py"
+    script = Path(__file__).resolve().parents[1] / "scripts" / "ship_model.py"
 
     def ship(adapter, evaluation, paired="cmp.json"):
         return subprocess.run([sys.executable, str(script), "--adapter", str(tmp_path / adapter),
@@ -393,3 +393,34 @@ def test_ship_actor_records_the_adapters_own_evaluation(trained, tmp_path, monke
                       (("a", "eval", "nope.json"), "--paired: expected NAME=PATH")]:
         out = ship(*args)
         assert out.returncode != 0 and re.search(why, out.stderr), (args, out.stderr)
+
+
+def test_ship_model_ships_a_reflector_with_its_compare_record(trained, tmp_path):
+    """--role reflector takes a reflections-compare result whose side A reflected with this very
+    adapter (by content) and records both sides' quality and the paired difference; a compare of
+    another adapter is refused."""
+    from metacog_fast.finetune.export import ExportConfig, export_gguf
+
+    model = export_gguf(trained[0], tmp_path / "a", ExportConfig(format="adapter"))
+    quality = {"next_attempts": {"rate": 0.25, "low": 0.1, "high": 0.5, "successes": 2, "n": 8}}
+    cmp = {"actor": "finetuned:alfworld", "reflector_b": None, "games": 2, "quality_a": quality,
+           "quality_b": {"next_attempts": None}, "paired": {"diff": 0.25, "p_value": 0.5, "n": 2},
+           "identity_a": {"reflector": {"adapter_sha256": model["sha256"]}}, "identity_b": {"reflector": {"sha256": "b"}}}
+    (tmp_path / "cmp.json").write_text(json.dumps(cmp))
+    cmp["identity_a"]["reflector"]["adapter_sha256"] = "0" * 64
+    (tmp_path / "cmp_other.json").write_text(json.dumps(cmp))
+    script = Path(__file__).resolve().parents[1] / "scripts" / "ship_model.py"
+
+    def ship(evaluation):
+        return subprocess.run([sys.executable, str(script), "--adapter", str(tmp_path / "a"), "--role", "reflector",
+                               "--evaluation", str(tmp_path / evaluation), "--record", "results/y",
+                               "--reproduce", "bash y.sh", "--description", "a tiny reflector", "--name", "tiny-refl",
+                               "--models-root", str(tmp_path / "root")], capture_output=True, text=True)
+
+    out = ship("cmp.json")
+    assert out.returncode == 0, out.stderr
+    info = json.loads((tmp_path / "root" / "tiny-refl" / "model.json").read_text())
+    assert info["role"] == "reflector" and info["evaluation"]["quality"] == quality
+    assert info["evaluation"]["paired_vs_b"]["diff"] == 0.25 and info["evaluation"]["games"] == 2
+    out = ship("cmp_other.json")
+    assert out.returncode != 0 and re.search("--evaluation: side A of .* not this adapter", out.stderr), out.stderr

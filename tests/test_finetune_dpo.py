@@ -123,6 +123,9 @@ def test_reflectors_are_compared_game_by_game(tmp_path):
     assert c["quality_a"]["next_attempts"]["successes"] == 5 and c["quality_a"]["next_attempts"]["n"] == 6
     assert c["quality_b"]["next_attempts"]["successes"] == 1
     assert c["paired"]["diff"] == pytest.approx((1.0 + 0.5 + 0.5) / 3) and c["paired"]["n"] == 3
+    assert c["identity_a"] is None  # no identity.json: said so, not invented
+    (a / "identity.json").write_text(json.dumps({"actor": {"sha256": "x"}, "reflector": {"adapter_sha256": "y"}}))
+    assert compare_reflectors(a, b, resamples=100)["identity_a"]["reflector"] == {"adapter_sha256": "y"}
     other = tmp_path / "other_actor"
     _collection(other, None, {"g1": [False], "g2": [True]}, actor="finetuned:alfworld-x")
     with pytest.raises(ValueError, match="different actors"):

@@ -197,15 +197,17 @@ def compare_reflectors(a_dir: str | Path, b_dir: str | Path, resamples: int = 10
     """Reflection quality of two collections on the same games (A - B): each side's next-attempt
     success with its Wilson interval, and the game-paired difference of the per-game rates (paired
     bootstrap, sign-flip p-value). The same greedy actor fails the same first attempts, so both
-    sides reflect on the same games; a game only one side reflected on is left out and counted."""
+    sides reflect on the same games; a game only one side reflected on is left out and counted. Each
+    side's model identities (its identity.json, by content) come with the result."""
     from metacog_fast.metrics import compare_paired
 
-    sides, configs = [], []
+    sides, configs, identities = [], [], []
     for d in (a_dir, b_dir):
         root = Path(d)
         if not (root / "config.json").is_file():
             raise ValueError(f"compare: {root} is not a reflection collection (no config.json)")
         configs.append(read_json(root / "config.json"))
+        identities.append(read_json(root / "identity.json") if (root / "identity.json").is_file() else None)
         sides.append([read_json(p) for p in sorted((root / "games").glob("*.json"))])
     qa, qb = per_game_quality(sides[0]), per_game_quality(sides[1])
     games = sorted(set(qa) & set(qb))
@@ -216,7 +218,7 @@ def compare_reflectors(a_dir: str | Path, b_dir: str | Path, resamples: int = 10
         raise ValueError(f"compare: the collections have different actors ({cfg_a.get('actor')!r}, "
                          f"{cfg_b.get('actor')!r}); reflection quality is compared with one actor")
     return {"a": str(a_dir), "b": str(b_dir), "reflector_a": cfg_a.get("reflector"), "reflector_b": cfg_b.get("reflector"),
-            "actor": cfg_a.get("actor"), "games": len(games),
+            "identity_a": identities[0], "identity_b": identities[1], "actor": cfg_a.get("actor"), "games": len(games),
             "games_only_a": len(set(qa) - set(qb)), "games_only_b": len(set(qb) - set(qa)),
             "quality_a": quality([r for r in sides[0] if r["game"] in games]),
             "quality_b": quality([r for r in sides[1] if r["game"] in games]),
