@@ -11,7 +11,8 @@
 #     finetuned:reflector-dpo2;
 #  3. reflection quality on valid_seen games 48-139 (92 games no pair came from): the base and the DPO
 #     reflector side by side, 4 reflections per failed game, compared game by game.
-# Every step resumes: rerun after a kill. The played games are packed into
+# Every step resumes: rerun after a kill. Once reflector-dpo2 ships in the package, a rerun uses it as
+# it is instead of training it again (RETRAIN=1 trains and exports it anew). The played games are packed into
 # results/finetune/records/reflections2.tar.gz after each collection step (commit it) and unpacked here
 # when runs/ lacks them. On this 2-core machine: pairs ~90 min, DPO ~1 h, quality ~1.5 h.
 #   nohup bash scripts/finetune_reflector2.sh > runs/finetune/logs/reflector2.out 2>&1 &
@@ -43,18 +44,25 @@ reflections refl2_pairs_a train 1800 48 --reflections 8 &
 reflections refl2_pairs_b train 1900 56 --reflections 8 &
 wait
 pack
-$M finetune dpo --pairs-dir $R/refl2_pairs_a $R/refl2_pairs_b --out $R/dpo_reflector2 >> $R/logs/dpo_reflector2.log 2>&1
-[ -f $R/model_dpo_reflector2/model.json ] || \
-  $M finetune export --checkpoint $R/dpo_reflector2 --out $R/model_dpo_reflector2 --format adapter \
-    --name reflector-dpo2 >> $R/logs/export_dpo_reflector2.log 2>&1
+SHIPPED=metacog_fast/llm/finetuned/reflector-dpo2
+if [ -n "${RETRAIN:-}" ] || [ ! -f $SHIPPED/model.json ]; then  # the shipped adapter is used as it is
+  $M finetune dpo --pairs-dir $R/refl2_pairs_a $R/refl2_pairs_b --out $R/dpo_reflector2 >> $R/logs/dpo_reflector2.log 2>&1
+  [ -f $R/model_dpo_reflector2/model.json ] || \
+    $M finetune export --checkpoint $R/dpo_reflector2 --out $R/model_dpo_reflector2 --format adapter \
+      --name reflector-dpo2 >> $R/logs/export_dpo_reflector2.log 2>&1
+fi
+ADAPTER=$R/model_dpo_reflector2
+[ -f $ADAPTER/model.json ] || ADAPTER=$SHIPPED
 reflections refl2_q_base valid_seen 48 92 &
 reflections refl2_q_dpo valid_seen 48 92 --reflector finetuned:reflector-dpo2 &
 wait
 pack
 $M finetune reflections-compare $R/refl2_q_dpo $R/refl2_q_base > $R/compare_reflector_dpo2_vs_base.json
+for d in refl2_pairs_a refl2_pairs_b refl2_q_base refl2_q_dpo; do cp $R/$d/manifest.json results/finetune/${d}_manifest.json; done
+cp $R/compare_reflector_dpo2_vs_base.json results/finetune/
 # Shipped in the package whatever the comparison says (the agents' tables need a DPO reflector on a
 # fresh machine); its model.json carries the comparison, so the effect, or its absence, travels with it.
-.venv/bin/python scripts/ship_model.py --adapter $R/model_dpo_reflector2 --role reflector --name reflector-dpo2 \
+.venv/bin/python scripts/ship_model.py --adapter $ADAPTER --role reflector --name reflector-dpo2 \
   --evaluation $R/compare_reflector_dpo2_vs_base.json \
   --record "results/finetune/compare_reflector_dpo2_vs_base.json (games in results/finetune/records/reflections2.tar.gz)" \
   --reproduce "bash scripts/finetune_reflector2.sh   # unpacks the committed games, rebuilds the pairs, trains DPO, exports, measures" \
