@@ -77,6 +77,17 @@ def test_alfworld_report_carries_intervals(tmp_path):
     assert (tmp_path / "success_rates.png").stat().st_size > 1000
     stored = json.loads((tmp_path / "report.json").read_text())
     assert stored["comparisons"][0]["p_value"] is not None
+    # metacognitive accuracy carries its cluster-bootstrap interval
+    acc = muse["meta_accuracy_no_adaptation_ci"]
+    assert acc["value"] == pytest.approx(muse["meta_accuracy_no_adaptation"]) and acc["low"] <= acc["value"] <= acc["high"]
+    # the paper's claims, tested as stated on per-game success; absent agents are named
+    claims = {c["claim"]: c for c in res["claims"]}
+    assert set(claims) == {"muse >> reflexion > react", "muse > reflexion+sl > reflexion", "muse > muse-random",
+                           "muse > muse-lowest"}
+    assert claims["muse >> reflexion > react"]["verdict"] == "missing"
+    low_part = claims["muse > muse-lowest"]["parts"][0]
+    assert low_part["verdict"] == "holds" and low_part["diff"] == pytest.approx(11 / 18)  # 12/18 vs 1/18
+    assert "## The paper's claims, tested as stated" in md and "missing (reflexion)" in md
 
 
 def _sw_ep(c: str, task: str, v: int, score: float, won: bool) -> dict:

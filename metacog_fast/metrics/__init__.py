@@ -3,7 +3,15 @@ accuracy, quantile labels, success rate, tasks solved, steps to success, interva
 tests, AUROC2 with a cluster-bootstrap interval and within task type, plots (docs/statistics.md)."""
 from __future__ import annotations
 
-from metacog_fast.metrics.clustered import MIN_EPISODES, Auroc2ByType, Auroc2Result, auroc2_clustered, auroc2_within_types
+from metacog_fast.metrics.claims import claims_markdown, evaluate_claim, evaluate_claims, parse_claim
+from metacog_fast.metrics.clustered import (
+    MIN_EPISODES,
+    Auroc2ByType,
+    Auroc2Result,
+    accuracy_clustered,
+    auroc2_clustered,
+    auroc2_within_types,
+)
 from metacog_fast.metrics.comparisons import comparisons_markdown, pairwise_comparisons
 from metacog_fast.metrics.intervals import (
     PairedDifference,
@@ -34,7 +42,12 @@ __all__ = [
     "Auroc2Result",
     "PairedDifference",
     "RateInterval",
+    "accuracy_clustered",
     "auroc2_clustered",
+    "claims_markdown",
+    "evaluate_claim",
+    "evaluate_claims",
+    "parse_claim",
     "auroc2_within_types",
     "compare_paired",
     "comparisons_markdown",

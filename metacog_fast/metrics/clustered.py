@@ -279,3 +279,29 @@ def auroc2_within_types(signal: Any, outcome: Any, episodes: Sequence[Hashable],
         pooled = Auroc2Result(value, lo, hi, positives, negatives, int(in_pool[ep].sum()), True, None, confidence,
                               B, sd)
     return Auroc2ByType(per_type, pooled, names)
+
+
+def accuracy_clustered(probs: Any, labels: Any, episodes: Sequence[Hashable], threshold: float = 0.5,
+                       resamples: int = 10000, confidence: float = 0.95, seed: int = 0) -> dict[str, Any]:
+    """Metacognitive accuracy (fraction of rows with ``probs >= threshold`` equal to ``labels``) with a
+    cluster-bootstrap interval over ``episodes`` [R], stratified by episode kind as AUROC2 is, so each
+    resample keeps the data's numbers of successful and failed episodes:
+    {"value", "low", "high", "positives", "negatives", "rows", "confidence", "resamples", "seed"}.
+
+    The interval matters most where accuracy is least informative: when failures dominate, a
+    scorer that always says "fail" is accurate at the failure base rate, and the row count makes
+    an i.i.d. interval look far narrower than the few episodes behind it allow."""
+    from metacog_fast.metrics.type2 import metacognitive_accuracy
+
+    s, y, ep, ep_ids, B, sd, _ = _check_common(probs, labels, episodes, resamples, confidence, seed, 1)
+    value = metacognitive_accuracy(s, y, threshold)
+    E = len(ep_ids)
+    p, n, kind = _episode_kinds(y, ep, E)
+    correct = np.bincount(ep, weights=((s >= threshold).astype(np.int64) == y).astype(np.float64), minlength=E)
+    rows = np.bincount(ep, minlength=E).astype(np.float64)
+    counts = stratified_counts(kind, B, sd)  # [B, E]
+    reps = (counts @ correct) / (counts @ rows)
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(reps, [alpha, 1.0 - alpha])
+    return {"value": float(value), "low": float(lo), "high": float(hi), "positives": int((p > 0).sum()),
+            "negatives": int((n > 0).sum()), "rows": int(s.size), "confidence": confidence, "resamples": B, "seed": sd}

@@ -14,6 +14,10 @@
 * costs per episode: LLM calls, prompt/completion tokens, LLM / env / agent seconds;
 * every pair of agents compared on per-game success (paired bootstrap over the games both
   played: difference, interval, p; ``comparisons``);
+* the paper's claims about the ordering of the agents (``PAPER_CLAIMS``) tested as stated on the
+  same per-game success (``claims``; metrics/claims.py says what each relation needs);
+* metacognitive accuracy with its cluster-bootstrap interval over episodes
+  (``meta_accuracy_<cond>_ci``);
 
 and writes ``report.json`` and ``tables.md`` (atomically), ``roc_<agent>.png`` and
 ``success_rates.png`` (per task type, Wilson error bars). docs/statistics.md defines the statistics.
@@ -63,6 +67,7 @@ def summarize(recs: list[dict[str, Any]], phase: str = "test", adapted: bool = T
     """Metrics of one agent's records of ``phase``. ``adapted``: the run had adaptation episodes
     (without them the adapted g_eta is the pre-deployment one, so only "no_adaptation" is reported)."""
     from metacog_fast.metrics import (
+        accuracy_clustered,
         auroc2_clustered,
         auroc2_within_types,
         mean_steps_charged,
@@ -103,6 +108,7 @@ def summarize(recs: list[dict[str, Any]], phase: str = "test", adapted: bool = T
             out[f"auroc2_{name}_ci"] = ci.to_dict()
             out[f"auroc2_{name}_within_type"] = auroc2_within_types(np.array(probs), y, eps, types).to_dict()
             out[f"meta_accuracy_{name}"] = float(metacognitive_accuracy(np.array(probs), y))
+            out[f"meta_accuracy_{name}_ci"] = accuracy_clustered(np.array(probs), y, eps)
             out[f"chunks_{name}"] = len(probs)
             out[f"_probs_{name}"] = (probs, labels, ci)
     steps_agent = [s["agent_seconds"] for r in sel for s in r["step_log"]]
@@ -132,7 +138,13 @@ def _num(x: Any, spec: str = ".1f") -> str:
 def report(root: str | Path, out: str | Path | None = None) -> dict[str, Any]:
     """Compute everything for the runs under ``root``; write report.json, tables.md, ROC plots and
     success_rates.png."""
-    from metacog_fast.metrics import Auroc2Result, pairwise_comparisons, plot_rates_with_intervals, plot_type2_roc
+    from metacog_fast.metrics import (
+        Auroc2Result,
+        evaluate_claims,
+        pairwise_comparisons,
+        plot_rates_with_intervals,
+        plot_type2_roc,
+    )
 
     root = Path(root)
     out_dir = Path(out) if out else root
@@ -155,22 +167,31 @@ def report(root: str | Path, out: str | Path | None = None) -> dict[str, Any]:
                     summ[f"roc_{name}"] = str(p)
         agents[label] = summ
     order = ordered(agents)
-    res: dict[str, Any] = {"agents": agents, "comparisons": pairwise_comparisons(
-        {a: agents[a]["per_game_success"] for a in order if "per_game_success" in agents[a]},
-        "per-game success rate")}
+    per_game = {a: agents[a]["per_game_success"] for a in order if "per_game_success" in agents[a]}
+    res: dict[str, Any] = {"agents": agents, "comparisons": pairwise_comparisons(per_game, "per-game success rate"),
+                           "claims": evaluate_claims(per_game, PAPER_CLAIMS)}
     rates = {a: {"all": agents[a]["success"], **{t: v["success"] for t, v in agents[a].get("per_type", {}).items()}}
              for a in order if "success" in agents[a]}
     if rates:
         res["success_plot"] = str(plot_rates_with_intervals(
             rates, out_dir / "success_rates.png", title="Success rate per task type (Wilson 95 % interval)"))
-    tables = render_tables(agents, res["comparisons"])
+    tables = render_tables(agents, res["comparisons"], res["claims"])
     write_json_atomic(out_dir / "report.json", res)
     with atomic_open(out_dir / "tables.md") as f:
         f.write(tables)
     return res
 
 
-AGENT_ORDER = ("react", "reflexion", "fcrf", "muse-lowest", "muse-random", "muse")
+AGENT_ORDER = ("react", "reflexion", "reflexion+sl", "fcrf", "muse-lowest", "muse-random", "muse")
+
+PAPER_CLAIMS = (
+    "muse >> reflexion > react",
+    "muse > reflexion+sl > reflexion",
+    "muse > muse-random",
+    "muse > muse-lowest",
+)
+"""The orderings of paper 000's Table 3 (MUSE 84/90 %, MUSE-random 68/69 %, Reflexion with supervised
+learning 62/65 %, MUSE-lowest 59/61 %, Reflexion 45/51 %, ReAct 35 %), as report row labels."""
 
 
 def run_label(config: dict[str, Any], taken: dict[str, Any]) -> str:
@@ -214,12 +235,13 @@ def _auroc(x: dict[str, Any] | None) -> str:
     return f"{x['value']:.2f} [{x['low']:.2f}, {x['high']:.2f}]"
 
 
-def render_tables(agents: dict[str, dict[str, Any]], comparisons: list[dict[str, Any]] | None = None) -> str:
+def render_tables(agents: dict[str, dict[str, Any]], comparisons: list[dict[str, Any]] | None = None,
+                  claims: list[dict[str, Any]] | None = None) -> str:
     """Markdown in the form of the paper's Tables 2-5, per-type tables and costs (one row per run:
     the paper's agents in their order, then any further runs of an agent under their labels), with
     Wilson intervals on success rates, AUROC2 intervals with episode counts, and the paired
     comparisons of every pair of agents."""
-    from metacog_fast.metrics import comparisons_markdown
+    from metacog_fast.metrics import claims_markdown, comparisons_markdown
 
     order = ordered(agents)
     L: list[str] = []
@@ -243,8 +265,10 @@ def render_tables(agents: dict[str, dict[str, Any]], comparisons: list[dict[str,
                 wt = (s.get(f"auroc2_{name}_within_type") or {}).get("pooled")
                 auc = _auroc(ci) if ci else _num(s.get(f"auroc2_{name}"), ".2f")
                 counts = f"{ci['positives']} / {ci['negatives']}" if ci else "—"
-                L.append(f"| {a} | {cond} | {auc} | {counts} | {_auroc(wt)} | "
-                         f"{_pct(s.get(f'meta_accuracy_{name}'))} | {s[f'chunks_{name}']} |")
+                acc = s.get(f"meta_accuracy_{name}_ci")
+                acc_text = _pct(s.get(f"meta_accuracy_{name}")) + (
+                    f" [{100 * acc['low']:.0f}%, {100 * acc['high']:.0f}%]" if acc else "")
+                L.append(f"| {a} | {cond} | {auc} | {counts} | {_auroc(wt)} | {acc_text} | {s[f'chunks_{name}']} |")
     L.append("\n## Table 3: success rate on the deployment games\n")
     L.append("Mean over games of the per-game success; in brackets the Wilson 95 % interval of the test "
              "episodes' successes (successes/episodes).\n")
@@ -261,7 +285,9 @@ def render_tables(agents: dict[str, dict[str, Any]], comparisons: list[dict[str,
         na, ad = col(a, "mean_steps_charged", lambda x: _num(x, ".0f"))
         L.append(f"| {a} | {na} | {ad} |")
     L.append("\n## Table 5: success rate with a small LLM\n")
-    L.append("| Agent | SmolLM2-135M-Instruct (Q4_1) |\n|---|---|")
+    actors = sorted({str(agents[a]["config"].get("llm") or "SmolLM2-135M-Instruct (Q4_1)")
+                     for a in order if "config" in agents[a]}) or ["SmolLM2-135M-Instruct (Q4_1)"]
+    L.append(f"| Agent | actor: {', '.join(actors)} |\n|---|---|")
     for a in order:
         ci = agents[a].get("success")
         L.append(f"| {a} | {_pct(agents[a].get('success_rate'))}{_bracket(ci)} |")
@@ -288,6 +314,8 @@ def render_tables(agents: dict[str, dict[str, Any]], comparisons: list[dict[str,
     for a in order:
         m = agents[a].get("mapping", {})
         L.append(f"| {a} | {m.get('exact', 0)} | {m.get('embed', 0)} | {m.get('choose', 0)} | {m.get('raw', 0)} |")
+    if claims:
+        L += claims_markdown(claims, "The paper's claims, tested as stated (per-game success)", "game")
     if comparisons:
         L += comparisons_markdown(comparisons, "Paired comparisons: per-game success rate (percentage points)",
                                   "game", scale=100.0, nd=1)
