@@ -124,6 +124,11 @@ def test_scienceworld_report_carries_intervals(tmp_path):
     assert "Paired comparisons: per-task final score" in md and "| baseline | full | -20.00 |" in md
     assert "< 1e-04" in md
     assert (tmp_path / "summary.png").stat().st_size > 1000
+    # paper 004's ordering: full >= srm > amm > baseline; srm and amm were not run
+    (claim,) = rep["claims"]["score"]
+    assert claim["claim"] == "full >= srm > amm > baseline" and claim["verdict"] == "missing"
+    assert [p["verdict"] for p in claim["parts"]] == ["missing (srm)", "missing (srm, amm)", "missing (amm)"]
+    assert "The paper's ordering, tested as stated: per-task final score" in md
 
 
 def test_experience_metrics_carry_intervals(tmp_path):

@@ -15,7 +15,14 @@ from typing import Any
 
 from metacog_fast._atomic import atomic_open
 from metacog_fast.agents.scienceworld.config import CONFIG_NAMES
-from metacog_fast.metrics import comparisons_markdown, mean_interval, pairwise_comparisons, success_interval
+from metacog_fast.metrics import (
+    claims_markdown,
+    comparisons_markdown,
+    evaluate_claims,
+    mean_interval,
+    pairwise_comparisons,
+    success_interval,
+)
 from metacog_fast.agents.scienceworld.store import read_json, write_json
 
 GROUPS = (("Short", 0, 20), ("Medium", 21, 50), ("Long", 51, 10**9))
@@ -111,13 +118,25 @@ def per_unit(summary: dict[str, dict[str, Any]], key: str) -> dict[str, dict[str
             for c in CONFIG_NAMES if c in summary}
 
 
+PAPER_CLAIMS = ("full >= srm > amm > baseline",)
+"""Paper 004's ordering of its four configurations (full system, + self-regulation module,
++ adaptive memory module, baseline), tested on per-task final score and on per-task success."""
+
+
+def claims(summary: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """PAPER_CLAIMS tested as stated (metrics/claims.py), paired by task, on score and success."""
+    return {"score": evaluate_claims(per_unit(summary, "score"), PAPER_CLAIMS),
+            "success": evaluate_claims(per_unit(summary, "success"), PAPER_CLAIMS)}
+
+
 def comparisons(summary: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Every pair of configurations, paired by task: final score and success (A - B)."""
     return {"score": pairwise_comparisons(per_unit(summary, "score"), "per-task final score"),
             "success": pairwise_comparisons(per_unit(summary, "success"), "per-task success rate")}
 
 
-def tables_markdown(summary: dict[str, dict[str, Any]], comps: dict[str, list[dict[str, Any]]] | None = None) -> str:
+def tables_markdown(summary: dict[str, dict[str, Any]], comps: dict[str, list[dict[str, Any]]] | None = None,
+                    tested: dict[str, list[dict[str, Any]]] | None = None) -> str:
     cfgs = [c for c in CONFIG_NAMES if c in summary]
     lines = ["Table 1. Task-level macro-averaged results", "",
              "Final score: mean over tasks with a 95 % bootstrap interval over tasks. Success: mean over tasks of the "
@@ -159,6 +178,10 @@ def tables_markdown(summary: dict[str, dict[str, Any]], comps: dict[str, list[di
     for t in tasks:
         gl = next(summary[c]["per_task"][t]["gold_len"] for c in cfgs if t in summary[c]["per_task"])
         lines.append(f"| {t} | {_f(gl, 0)} | " + " | ".join(_f(summary[c]["per_task"].get(t, {}).get("score")) for c in cfgs) + " |")
+    if tested:
+        lines += claims_markdown(tested["score"], "The paper's ordering, tested as stated: per-task final score", "task",
+                                 scale=1.0, nd=2)
+        lines += claims_markdown(tested["success"], "The paper's ordering, tested as stated: per-task success", "task")
     if comps:
         lines += comparisons_markdown(comps["score"], "Paired comparisons: per-task final score (points, 0-100)", "task")
         lines += comparisons_markdown(comps["success"], "Paired comparisons: per-task success rate (percentage points)",
@@ -253,9 +276,10 @@ def report(run: str, out: str | None = None, all_episodes: bool = False) -> dict
         raise ValueError(f"run: no (task, variation) was evaluated by every configuration in {run}")
     out = out or run
     comps = comparisons(summary)
+    tested = claims(summary)
     write_json(os.path.join(out, "report.json"), {"configs": summary, "unpaired_episodes_left_out": dropped,
-                                                  "comparisons": comps})
-    md = tables_markdown(summary, comps) + f"\nEpisodes left out because not every configuration ran them: {dropped}\n"
+                                                  "comparisons": comps, "claims": tested})
+    md = tables_markdown(summary, comps, tested) + f"\nEpisodes left out because not every configuration ran them: {dropped}\n"
     with atomic_open(os.path.join(out, "tables.md")) as f:
         f.write(md)
     score_chart(summary, os.path.join(out, "scores.png"))
