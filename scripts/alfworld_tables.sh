@@ -9,8 +9,8 @@
 #     the SFT actor and the DPO reflector, no self-assessment); muse, muse-lowest and muse-random with
 #     the DPO reflector and the pre-deployment M_sa;
 #   the report (Wilson intervals, AUROC2 with its interval and distinct positive episodes, costs).
-# Every run resumes where it stopped (rerun after a kill). After each run its config and episode
-# records are packed into results/alfworld/run3/records/<run>.tar.gz (commit them); a rerun on a fresh
+# Every run resumes where it stopped (rerun after a kill). Every 15 minutes and after each run its
+# config and episode records are packed into results/alfworld/run3/records/<run>.tar.gz (commit them); a rerun on a fresh
 # checkout unpacks them and plays only what is missing. Runs take hours on this 2-core machine (MUSE:
 # 5 rollouts per step); AGENTS="react reflexion" limits a call to some of them.
 #   nohup bash scripts/alfworld_tables.sh > runs/alfworld3/tables.out 2>&1 &
@@ -53,9 +53,12 @@ for a in $AGENTS; do
     muse*) extra=(--agent $a --reflector "$DPO" --scorer $O/pretrain/scorer) ;;
     *) echo "unknown agent $a" >&2; exit 2 ;;
   esac
+  ( while sleep 900; do pack $a || true; done ) &  # a kill loses at most 15 min of records
+  packer=$!
   rc=0
   $M run alfworld --out $O/$a "${common[@]}" "${extra[@]}" --tasks 60 --adapt-episodes 2 --episodes 2 \
     --workers 2 >> $O/$a.log 2>&1 || rc=$?
+  kill $packer 2>/dev/null || true
   pack $a
   [ $rc = 0 ] || exit $rc
 done

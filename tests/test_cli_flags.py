@@ -189,7 +189,7 @@ def test_a_parsed_command_line_round_trips_to_its_configs():
         "pretrain alfworld": (PretrainConfig(tasks=2, episodes=1, expert_positives=False, epochs=4, train_only=True),
                               AWRun(agent="reflexion", llm="x", n_threads=2, n_ctx=2048, workers=2),
                               AWAgent(examples=0), ExecutorConfig(executor="process")),
-        "run scienceworld": (SWRun(configs=["srm", "full"], tasks=[0, 3, 5], budget_factor=0.0, swift="llm",
+        "run scienceworld": (SWRun(configs=["srm", "full"], tasks=[0, 3, 5], budget_factor=0.0, swift="llm-ranker",
                                    memory_embed="minilm", warmup_per_task=0), ExecutorConfig()),
         "learn": (ProtocolConfig(env="scienceworld", games=["boil:0", "melt:1"], baseline=False, llm_uri="http://x/v1",
                                  n_threads=2, iterations=2, memory_in="m.json", out="o"),

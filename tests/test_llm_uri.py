@@ -94,3 +94,17 @@ def test_vllm_without_vllm_says_how_to_install():
 def test_gbnf_escaping():
     assert gbnf_literal('a "b"\\c\nd\x01') == '"a \\"b\\"\\\\c\\nd\\x01"'
     assert choice_grammar(["x", "y"]) == 'root ::= "x" | "y"\n'
+
+
+def test_is_embedded_follows_the_scheme_and_the_environment(monkeypatch):
+    """Thread counts and context sizes go to in-process llama.cpp models only, whatever their spelling."""
+    from metacog_fast.llm.uri import is_embedded
+
+    monkeypatch.delenv("METACOG_LLM", raising=False)
+    assert is_embedded(None) and is_embedded("llama-cpp://") and is_embedded("llama-cpp:///m.gguf")
+    assert is_embedded("finetuned:alfworld") and is_embedded("finetuned://reflector-dpo2")
+    assert not is_embedded("http://127.0.0.1:8000/v1") and not is_embedded("vllm://some/model")
+    monkeypatch.setenv("METACOG_LLM", "http://127.0.0.1:8000/v1")
+    assert not is_embedded(None)
+    with pytest.raises(ValueError, match="scheme"):
+        is_embedded("bogus")

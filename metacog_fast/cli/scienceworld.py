@@ -26,12 +26,13 @@ def parse_configs(text: str) -> list[str]:
 
 def run_flags() -> Flags:
     """The flags of ``metacog run scienceworld`` (``RunConfig`` lives in the runner module)."""
+    from metacog_fast.agents.scienceworld.config import SWIFT_KINDS
     from metacog_fast.agents.scienceworld.runner import RunConfig, parse_tasks
 
     return Flags(RunConfig, aliases={"configs": ("--config",), "warmup_per_task": ("--warmup",)},
                  parsers={"configs": parse_configs, "tasks": parse_tasks},
                  shown={"configs": "all", "tasks": "0-29"},
-                 choices={"swift": ("ranker", "llm"), "memory_embed": ("hash", "minilm")})
+                 choices={"swift": SWIFT_KINDS, "memory_embed": ("hash", "minilm")})
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:

@@ -30,6 +30,16 @@ def resolve_uri(uri: str | None) -> str:
     return env or DEFAULT_URI
 
 
+EMBEDDED_SCHEMES = ("llama-cpp", "finetuned")
+"""Schemes served by the in-process llama.cpp backend (they take ``n_threads``, ``n_ctx``, ...)."""
+
+
+def is_embedded(uri: str | None) -> bool:
+    """Whether ``uri`` (None: ``$METACOG_LLM``, else the default) is served in-process by llama.cpp,
+    so that thread counts and context sizes apply to it; False for vLLM and HTTP servers."""
+    return parse_uri(resolve_uri(uri)).scheme in EMBEDDED_SCHEMES
+
+
 def parse_uri(uri: str) -> BackendURI:
     """Split a backend URI; ValueError naming it for an unknown scheme or a malformed one.
 

@@ -79,9 +79,10 @@ def open_resources(llm_uri: str | None = None, n_threads: int | None = None) -> 
     """The LLM (``metacog_fast.llm.open_llm``) and the MiniLM encoder (offline)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from metacog_fast.llm import open_llm
+    from metacog_fast.llm.uri import is_embedded
     from metacog_fast.scoring.encoder import MiniLMEncoder
 
-    embedded = llm_uri is None or llm_uri.startswith("llama-cpp")
+    embedded = is_embedded(llm_uri)
     opts: dict[str, Any] = {"n_threads": n_threads} if n_threads and embedded else {}
     if embedded:  # a stream for each agent of a 25-agent town; town prompts are a few hundred tokens
         opts.update(batch_n_seq_max=32, batch_n_ctx_seq=1024)

@@ -104,9 +104,10 @@ def open_llm_for(cfg: RunConfig, uri: str | None = None) -> Any:
     """The LLM at ``uri`` (default ``cfg.llm``), with the run's threads, context and seed where it is
     embedded."""
     from metacog_fast.llm import open_llm
+    from metacog_fast.llm.uri import is_embedded
 
     uri = cfg.llm if uri is None else uri
-    if uri is None or uri.startswith(("llama-cpp", "finetuned")):
+    if is_embedded(uri):
         return open_llm(uri, n_threads=cfg.n_threads, n_ctx=cfg.n_ctx, seed=cfg.agent_config.seed)
     return open_llm(uri)
 

@@ -91,8 +91,9 @@ def record_key(condition: str, iteration: int, game: str) -> str:
 
 def _open_llm(cfg: ProtocolConfig) -> LLM:
     from metacog_fast.llm import open_llm
+    from metacog_fast.llm.uri import is_embedded
 
-    if (cfg.llm_uri or "llama-cpp").startswith("llama-cpp"):
+    if is_embedded(cfg.llm_uri):
         return open_llm(cfg.llm_uri, n_threads=cfg.n_threads)
     return open_llm(cfg.llm_uri)
 

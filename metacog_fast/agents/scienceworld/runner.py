@@ -196,8 +196,9 @@ def _llm(cfg: RunConfig) -> Any:
     """The worker process's LLM, opened once and kept for its later tasks."""
     if "llm" not in _WORKER:
         from metacog_fast.llm import open_llm
+        from metacog_fast.llm.uri import is_embedded
 
-        opts = {"n_threads": cfg.n_threads} if (cfg.llm is None or cfg.llm.startswith("llama-cpp")) else {}
+        opts = {"n_threads": cfg.n_threads} if is_embedded(cfg.llm) else {}
         _WORKER["llm"] = open_llm(cfg.llm, **opts)
     return _WORKER["llm"]
 
