@@ -6,10 +6,11 @@
 #   ablation.md / ablation.json (survival, attendance, culprit named with Wilson intervals; judge
 #   scores, mean +- std over seeds, and paired comparisons with bootstrap intervals; LLM calls,
 #   tokens, seconds) and costs.md (LLM calls and step latency per scenario and module set).
-# The judge is $JUDGE_LLM: empty (default) = the embedded SmolLM2-135M-Instruct, the strongest model
-# on this machine; or an OpenAI-compatible server (http://host:port/v1). `metacog sim` has one --llm
-# for the agents and the judge, so that model plays the agents too: a JUDGE_LLM run is another
-# experiment; give it its own OUT=runs/sim3-NAME REPORT=results/sim/run3-NAME.
+# The judge is $JUDGE_LLM (--judge-llm): empty (default) = the agents' own embedded
+# SmolLM2-135M-Instruct, the strongest model on this machine; or any other URI, e.g. an
+# OpenAI-compatible server (http://host:port/v1), which rates the same transcripts while the agents
+# keep the embedded model. A folder records its judge and is not resumed with another: give another
+# judge its own OUT=runs/sim3-NAME REPORT=results/sim/run3-NAME.
 # Every scenario resumes where it stopped (a seed's run is the unit; rerun after a kill). After each
 # scenario its config and finished runs (summary, run.json, evaluation.json) are packed into
 # results/sim/run3/records/<scenario>.tar.gz (commit them); a rerun on a fresh checkout unpacks them
@@ -29,7 +30,7 @@ REC=$R/records
 SCENARIOS=${SCENARIOS:-"zombie party mystery"}
 CONFIGS=${CONFIGS:-all,memory_only,no_metacognition}
 JUDGE_LLM=${JUDGE_LLM:-}
-llm=(); [ -z "$JUDGE_LLM" ] || llm=(--llm "$JUDGE_LLM")
+judge=(); [ -z "$JUDGE_LLM" ] || judge=(--judge-llm "$JUDGE_LLM")
 mkdir -p $O $REC
 
 restore() {  # SCENARIO: unpack its committed runs where runs/ lacks them
@@ -48,7 +49,7 @@ pack() {  # SCENARIO: its config and every finished run (summary = the record, r
 for s in $SCENARIOS; do
   restore $s
   rc=0
-  $M sim ablate --scenario $s --steps 20 --runs 5 --configs "$CONFIGS" "${llm[@]}" --llm-threads 1 \
+  $M sim ablate --scenario $s --steps 20 --runs 5 --configs "$CONFIGS" "${judge[@]}" --llm-threads 1 \
     --workers 2 --out $O/$s >> $O/$s.log 2>&1 || rc=$?
   pack $s
   [ $rc = 0 ] || exit $rc
@@ -60,7 +61,7 @@ done
 import glob, json, statistics as st, sys
 o, r, model = sys.argv[1:]
 ms = lambda xs: f"{st.fmean(xs):.2f} ± {st.pstdev(xs):.2f}"
-md = [f"Agents and judge: {model}. Mean ± std over runs; latency = simulated wall time / steps.", "",
+md = [f"Agents: the embedded SmolLM2-135M-Instruct; judge: {model}. Mean ± std over runs; latency = simulated wall time / steps.", "",
       "| scenario | config | runs | LLM calls / run | step latency (s) | LLM thinking (s / step) | outside the LLM (ms / step) |",
       "|---|---|---|---|---|---|---|"]
 for sc in sorted(glob.glob(f"{o}/*/config.json")):

@@ -171,6 +171,11 @@ def test_sim_ablation_statistics():
     assert j["diff"] == pytest.approx(1.0)
     md = ablation_statistics_markdown(st)
     assert "75% [" in md and "| all | memory_only | +50.0 |" in md and "seeds |" in md
+    # each configuration's judge scores carry their interval over seeds
+    jm = st["scores"]["all"]["judge_mean"]
+    assert jm["mean"] == pytest.approx(6.5) and jm["low"] <= 6.5 <= jm["high"] and jm["n"] == 4
+    assert st["scores"]["memory_only"]["judge_expected"]["mean"] == pytest.approx(6.0)
+    assert "## Judge scores" in md and "| all | 4 | 6.50 [" in md
     with pytest.raises(ValueError, match="results"):
         ablation_statistics({})
 

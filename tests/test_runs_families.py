@@ -121,3 +121,22 @@ def test_metaworld_task_killed_mid_training_resumes_from_the_returned_checkpoint
         assert a["task"] == b["task"] and a["success"] == b["success"]
         np.testing.assert_allclose(a["psi_sum_mean"], b["psi_sum_mean"], rtol=1e-5)
         np.testing.assert_allclose(a["return"], b["return"], rtol=1e-5)
+
+
+def test_sim_ablation_with_its_own_judge_model(tmp_path):
+    """``judge_uri``: a second model rates each run; its calls are counted apart from the agents'
+    interviews, the summary names it, and the folder's identity records it."""
+    from metacog_fast.sim.evaluation import CRITERIA
+
+    opts = RunOptions(scenario="zombie", agents=2, steps=1, judge=True)
+    doc = ablate(opts, str(tmp_path), None, None, AblationOptions(configs=("none",), runs=1),
+                 agent_config=AgentConfig(progress_every=1), log=lambda _: None,
+                 executor=ExecutorConfig(executor="inline", progress=False), judge_uri="llama-cpp://")
+    s = json.loads((tmp_path / "none_run0" / "summary.json").read_text())
+    assert s["judge_model"].startswith("llama-cpp://") and s["judge_model"].endswith(".gguf")
+    assert s["judge_cost"]["calls"] == len(CRITERIA)  # one rating per criterion, by the judge's model
+    assert s["eval_cost"]["calls"] > 0  # the interviews, by the agents' model
+    ev = json.loads((tmp_path / "none_run0" / "evaluation.json").read_text())
+    assert ev["judge_model"] == s["judge_model"] and set(CRITERIA) <= set(ev["judge"])
+    assert json.loads((tmp_path / "config.json").read_text())["identity"] == models_identity(llm=None, judge="llama-cpp://")
+    assert doc["table"]["none"]

@@ -122,6 +122,10 @@ def expected_rating(logprobs: list[float]) -> float:
 ABLATION_PER_RUN = ("survival_rate", "attendance_rate", "culprit_rate", "judge_mean", "judge_expected")
 """Per-run values compared between configurations, paired by seed."""
 
+JUDGE_SCORES = ("judge_mean", "judge_expected")
+"""The judge's per-run scores (1-10): the mean of the five rounded criterion scores, and the mean of
+the five expected ratings under the judge's distribution over the ten answers."""
+
 
 def _rate_counts(m: dict[str, Any]) -> dict[str, tuple[int, int]]:
     """metric -> (successes, trials) of one run's metrics: survivors / agents, guests who attended /
@@ -148,9 +152,10 @@ def ablation_statistics(results: dict[str, list[dict[str, Any]]]) -> dict[str, A
     ``results``: config -> run summaries (``summary.json`` of each ``<config>_run<i>``, with
     ``seed`` and ``metrics``). Returns ``rates``: config -> {survival / attendance / culprit: Wilson
     interval dict pooled over the config's runs (agents of one run are not independent, so read the
-    interval as optimistic)}; ``comparisons``: metric -> every pair of configs, paired by seed (the
-    runs of one seed share the town and its randomness)."""
-    from metacog_fast.metrics import pairwise_comparisons, wilson_interval
+    interval as optimistic)}; ``scores``: config -> {judge_mean / judge_expected: mean over runs with
+    its bootstrap interval over runs (seeds)}; ``comparisons``: metric -> every pair of configs,
+    paired by seed (the runs of one seed share the town and its randomness)."""
+    from metacog_fast.metrics import mean_interval, pairwise_comparisons, wilson_interval
 
     if not results:
         raise ValueError("results: expected at least one configuration with runs, got none")
@@ -168,13 +173,19 @@ def ablation_statistics(results: dict[str, list[dict[str, Any]]]) -> dict[str, A
             lo, hi = wilson_interval(ok, n) if n else (None, None)
             rates[name][k] = {"rate": ok / n if n else None, "low": lo, "high": hi, "successes": ok, "n": n,
                               "runs": len(runs)}
+    scores: dict[str, dict[str, Any]] = {}
+    for name, runs in results.items():
+        for key in JUDGE_SCORES:
+            vals = [v for s in runs if (v := _per_run_value(s, key)) is not None]
+            if vals:
+                scores.setdefault(name, {})[key] = mean_interval(vals)
     comparisons: dict[str, list[dict[str, Any]]] = {}
     for key in ABLATION_PER_RUN:
         per_seed = {name: {s["seed"]: v for s in runs if (v := _per_run_value(s, key)) is not None}
                     for name, runs in results.items()}
         if len(per_seed) > 1 and all(per_seed.values()):
             comparisons[key] = pairwise_comparisons(per_seed, key)
-    return {"rates": rates, "comparisons": comparisons}
+    return {"rates": rates, "scores": scores, "comparisons": comparisons}
 
 
 def ablation_statistics_markdown(stats: dict[str, Any]) -> str:
@@ -194,6 +205,15 @@ def ablation_statistics_markdown(stats: dict[str, Any]) -> str:
                          f"({x['successes']}/{x['n']})")
         runs = next(iter(r.values()))["runs"] if r else 0
         L.append(f"| {name} | {runs} | " + " | ".join(cells) + " |")
+    scores = stats.get("scores") or {}
+    if scores:
+        L += ["", "## Judge scores (mean over runs, 95 % bootstrap interval over seeds)", "",
+              "| config | runs | " + " | ".join(JUDGE_SCORES) + " |", "|---|---|" + "---|" * len(JUDGE_SCORES)]
+        for name, sc in scores.items():
+            n = next(iter(sc.values()))["n"]
+            L.append(f"| {name} | {n} | " + " | ".join(
+                f"{sc[k]['mean']:.2f} [{sc[k]['low']:.2f}, {sc[k]['high']:.2f}]" if k in sc else "-"
+                for k in JUDGE_SCORES) + " |")
     for key, rows in stats["comparisons"].items():
         pct = key.endswith("_rate")
         L += comparisons_markdown(rows, f"Paired comparisons: {key}{' (percentage points)' if pct else ''}", "seed",

@@ -21,6 +21,9 @@ class SimLLMOptions:
     """LLM URI (None: the embedded SmolLM2 via llama.cpp; or http://host:port/v1)."""
     llm_threads: int | None = None
     """Threads of the embedded model (None: llama.cpp's choice)."""
+    judge_llm: str | None = None
+    """LLM URI of the judge that rates each run after it (None: the agents' own model). A stronger
+    judge than the 135M agents, e.g. an OpenAI-compatible server, rates the same transcripts."""
 
 
 def _progress_line(sim: Any) -> None:
@@ -33,14 +36,18 @@ def simulate(opts: RunOptions, features: Features, out_dir: str, llm_opts: SimLL
              progress: Callable[[Any], None] | None = _progress_line) -> dict[str, Any]:
     """One run into ``out_dir`` (run.json, evaluation.json, viewer.html); returns its summary."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from metacog_fast.sim.runner import open_resources, run_once
+    from metacog_fast.sim.runner import open_judge, open_resources, run_once
 
     lo = llm_opts or SimLLMOptions()
     llm, enc = open_resources(lo.llm, lo.llm_threads)
+    judge = open_judge(lo.judge_llm, lo.llm_threads)
     try:
-        return run_once(opts, features, out_dir, llm, enc, agent_config or AgentConfig(), progress=progress)
+        return run_once(opts, features, out_dir, llm, enc, agent_config or AgentConfig(), progress=progress,
+                        judge_llm=judge)
     finally:
         llm.llm.close()
+        if judge is not None:
+            judge.llm.close()
 
 
 def run_ablation(opts: RunOptions, ablation: AblationOptions, out_dir: str, llm_opts: SimLLMOptions | None = None,
@@ -49,7 +56,7 @@ def run_ablation(opts: RunOptions, ablation: AblationOptions, out_dir: str, llm_
     document. In this process (one worker) the LLM and encoder are opened once for every run;
     on worker processes or Ray each run opens its own."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from metacog_fast.sim.runner import ablate, open_resources
+    from metacog_fast.sim.runner import ablate, open_judge, open_resources
 
     ablation.validate()
     lo = llm_opts or SimLLMOptions()
@@ -57,12 +64,17 @@ def run_ablation(opts: RunOptions, ablation: AblationOptions, out_dir: str, llm_
     ac = agent_config or AgentConfig()
     in_process = ex.executor == "inline" or (ex.executor == "local" and ex.resolved_workers(1) == 1)
     if not in_process:
-        return ablate(opts, out_dir, None, None, ablation, ac, executor=ex, llm_uri=lo.llm, n_threads=lo.llm_threads)
+        return ablate(opts, out_dir, None, None, ablation, ac, executor=ex, llm_uri=lo.llm, n_threads=lo.llm_threads,
+                      judge_uri=lo.judge_llm)
     llm, enc = open_resources(lo.llm, lo.llm_threads)
+    judge = open_judge(lo.judge_llm, lo.llm_threads)
     try:
-        return ablate(opts, out_dir, llm, enc, ablation, ac, executor=ex)
+        return ablate(opts, out_dir, llm, enc, ablation, ac, executor=ex, llm_uri=lo.llm, judge_llm=judge,
+                      judge_uri=lo.judge_llm)
     finally:
         llm.llm.close()
+        if judge is not None:
+            judge.llm.close()
 
 
 def report(path: str) -> str:

@@ -90,9 +90,22 @@ def open_resources(llm_uri: str | None = None, n_threads: int | None = None) -> 
     return SimLLM(open_llm(llm_uri, **opts), batched=True), MiniLMEncoder()
 
 
+def open_judge(judge_uri: str | None, n_threads: int | None = None) -> SimLLM | None:
+    """The judge's own LLM (None when the agents' model judges)."""
+    if judge_uri is None:
+        return None
+    from metacog_fast.llm import open_llm
+    from metacog_fast.llm.uri import is_embedded
+
+    opts: dict[str, Any] = {"n_threads": n_threads} if n_threads and is_embedded(judge_uri) else {}
+    return SimLLM(open_llm(judge_uri, **opts))
+
+
 def run_once(opts: RunOptions, features: Features, out_dir: str, llm: SimLLM, encoder: TextEncoder,
-             agent_config: AgentConfig | None = None, progress: Any = None) -> dict[str, Any]:
-    """Simulate one run and evaluate it; returns the summary (also written to ``summary.json``)."""
+             agent_config: AgentConfig | None = None, progress: Any = None,
+             judge_llm: SimLLM | None = None) -> dict[str, Any]:
+    """Simulate one run and evaluate it; returns the summary (also written to ``summary.json``).
+    ``judge_llm``: the judge's model (None: ``llm`` judges)."""
     sc = load_scenario(opts.scenario, opts.world, seed=opts.seed, n_agents=opts.agents, steps=opts.steps)
     cfg = SimConfig(features=features, agent=agent_config or AgentConfig(), step_budget=opts.step_budget,
                     max_llm_calls=opts.max_llm_calls)
@@ -115,8 +128,16 @@ def run_once(opts: RunOptions, features: Features, out_dir: str, llm: SimLLM, en
     run["metrics"] = metrics
     write_json(path, run)
     evaluation: dict[str, Any] = {"interviews": answers}
+    judge_cost: dict[str, Any] = {}
     if opts.judge:
-        evaluation["judge"] = judge(llm, run, answers)
+        if judge_llm is None:
+            evaluation["judge"] = judge(llm, run, answers)
+        else:
+            before = judge_llm.cost.as_dict()
+            evaluation["judge"] = judge(judge_llm, run, answers)
+            judge_cost = {k: v - before.get(k, 0) for k, v in judge_llm.cost.as_dict().items()
+                          if isinstance(v, (int, float))}
+        evaluation["judge_model"] = _model_name(judge_llm or llm)
     write_json(os.path.join(out_dir, "evaluation.json"), evaluation)
     write_viewer(run, os.path.join(out_dir, "viewer.html"))
     summary = {
@@ -127,8 +148,25 @@ def run_once(opts: RunOptions, features: Features, out_dir: str, llm: SimLLM, en
         "judge_expected": _expected_mean(evaluation),
         "eval_cost": {k: v - run_cost.get(k, 0) for k, v in llm.cost.as_dict().items() if isinstance(v, (int, float))},
     }
+    if opts.judge:
+        summary["judge_model"] = evaluation["judge_model"]
+    if judge_cost:
+        summary["judge_cost"] = judge_cost
     write_json(os.path.join(out_dir, "summary.json"), summary)
     return summary
+
+
+def _model_name(llm: SimLLM) -> str:
+    """What rated a run: the backend's URI (a llama.cpp model's file name, a server's URL), its served
+    model name and LoRA adapter where it has them."""
+    inner = llm.llm
+    uri, model, lora = getattr(inner, "uri", None), getattr(inner, "model", None), getattr(inner, "lora_path", None)
+    if uri is None:
+        return type(inner).__name__
+    if uri.startswith("llama-cpp://"):
+        uri = "llama-cpp://" + os.path.basename(uri[len("llama-cpp://"):])
+    return str(uri) + (f" ({model})" if isinstance(model, str) else "") + (
+        f" + {os.path.basename(str(lora))}" if lora else "")
 
 
 def _expected_mean(evaluation: dict[str, Any]) -> float | None:
@@ -187,15 +225,19 @@ def play_ablation_run(payload: dict[str, Any], done: Mapping[str, Any], workdir:
     then its summary as the record."""
     name, r = payload["name"], payload["run"]
     sub = f"{name}_run{r}"
-    llm, encoder = payload.get("llm"), payload.get("encoder")
+    llm, encoder, judge_llm = payload.get("llm"), payload.get("encoder"), payload.get("judge_llm")
     own = llm is None
     if own:
         llm, encoder = open_resources(payload.get("llm_uri"), payload.get("n_threads"))
+        judge_llm = open_judge(payload.get("judge_uri"), payload.get("n_threads"))
     try:
-        s = run_once(payload["opts"], CONFIGS[name], str(workdir / sub), llm, encoder, payload["agent_config"])
+        s = run_once(payload["opts"], CONFIGS[name], str(workdir / sub), llm, encoder, payload["agent_config"],
+                     judge_llm=judge_llm)
     finally:
         if own:
             llm.llm.close()
+            if judge_llm is not None:
+                judge_llm.llm.close()
     yield from (f for f in SideFile.collect(workdir, sub) if f.path != f"{sub}/summary.json")
     yield Record(summary_key(name, r), s)
 
@@ -203,12 +245,14 @@ def play_ablation_run(payload: dict[str, Any], done: Mapping[str, Any], workdir:
 def ablate(opts: RunOptions, out_dir: str, llm: SimLLM | None, encoder: TextEncoder | None,
            ablation: AblationOptions | None = None, agent_config: AgentConfig | None = None,
            log: Any = print, executor: ExecutorConfig | None = None, llm_uri: str | None = None,
-           n_threads: int | None = None) -> dict[str, Any]:
+           n_threads: int | None = None, judge_llm: SimLLM | None = None,
+           judge_uri: str | None = None) -> dict[str, Any]:
     """``ablation.runs`` runs (seeds seed, seed+1, ...) of each module set of ``ablation.configs``;
     writes ablation.json/.md. Resumable: a run whose summary.json exists is not played again (the
     folder's config.json must match ``opts`` and ``agent_config``). ``llm``/``encoder``: objects
     used in this process; None: each run opens ``llm_uri`` (``n_threads``) itself, which any
-    ``executor`` can run."""
+    ``executor`` can run. ``judge_uri``: the judge's model (None: the agents' model judges), opened
+    by each run, or ``judge_llm`` in this process; recorded in the folder's model identity."""
     ab = (ablation or AblationOptions()).validate()
     configs, runs = tuple(ab.configs), ab.runs
     if (llm is None) != (encoder is None):
@@ -223,13 +267,15 @@ def ablate(opts: RunOptions, out_dir: str, llm: SimLLM | None, encoder: TextEnco
     base_seed = opts.seed if opts.seed is not None else load_scenario(opts.scenario, opts.world, n_agents=1).seed
     from metacog_fast.llm.models import models_identity
 
+    roles = {"llm": llm_uri} if judge_uri is None else {"llm": llm_uri, "judge": judge_uri}
     folder = RunFolder(out_dir, {"opts": asdict(opts), "agent_config": asdict(ac)},
-                       identity=models_identity(llm=llm_uri) if llm is None else None)
+                       identity=models_identity(**roles) if llm is None or judge_uri is not None else None)
     tasks = []
     for name in configs:
         for r in range(runs):
             payload = {"name": name, "run": r, "opts": replace(opts, seed=base_seed + r), "agent_config": ac,
-                       "llm": llm, "encoder": encoder, "llm_uri": llm_uri, "n_threads": n_threads}
+                       "llm": llm, "encoder": encoder, "llm_uri": llm_uri, "n_threads": n_threads,
+                       "judge_llm": judge_llm, "judge_uri": judge_uri}
             tasks.append(Task(f"{name}_run{r}", payload, (summary_key(name, r),)))
 
     def report_run(key: str, s: dict[str, Any]) -> None:
