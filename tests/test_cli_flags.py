@@ -327,6 +327,9 @@ def test_old_spellings_reach_the_same_fields():
     p = _leaf(["pretrain", "alfworld"]).parse_args("--no-expert-positives --train-only --out o".split())
     pc2 = config_from_args(alfworld.PRETRAIN_FLAGS, p)
     assert (pc2.expert_positives, pc2.train_only) == (False, True)
+    for argv, want in (("--out o", False), ("--expert-positives --out o", True)):  # off unless asked for
+        pc3 = config_from_args(alfworld.PRETRAIN_FLAGS, _leaf(["pretrain", "alfworld"]).parse_args(argv.split()))
+        assert pc3.expert_positives is want
     t = _leaf(["train", "metaworld"]).parse_args("--no-progress --sr-z posterior --threads 2 --profile smoke".split())
     job = config_from_args(train.TRAIN_FLAGS, t)
     assert (job.sr_z, job.threads, job.profile) == ("posterior", 2, "smoke")

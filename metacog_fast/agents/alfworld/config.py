@@ -149,8 +149,11 @@ class PretrainConfig:
     """Games, taken round-robin over the task types."""
     episodes: int = 2
     """Reflexion episodes per game."""
-    expert_positives: bool = True
-    """Add expert walkthrough chunks as positives of M_sa."""
+    expert_positives: bool = False
+    """Add expert walkthrough chunks as positives of M_sa (one walkthrough per pre-deployment game, so
+    as balanced over the task types as the games). Off by default: M_sa then learns from the actor's
+    own outcomes; with expert positives it learns "looks like the expert" (docs/alfworld_agents.md,
+    Run 2), which a report must show as its own configuration."""
     epochs: int | None = None
     """M_sa training epochs (None: ScorerConfig's)."""
     train_only: bool = False
