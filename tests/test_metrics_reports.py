@@ -90,6 +90,38 @@ def test_alfworld_report_carries_intervals(tmp_path):
     assert "## The paper's claims, tested as stated" in md and "missing (reflexion)" in md
 
 
+def test_alfworld_report_counts_only_finished_games_of_a_run_in_progress(tmp_path):
+    """A run that spans sessions is reported while it plays: a game enters only with all its test
+    episodes (its success is their mean), and Table 3 says how far the run is."""
+    from metacog_fast.agents.alfworld.report import report
+
+    def run(agent: str, played: dict[int, list[bool]]) -> None:
+        d = tmp_path / agent
+        (d / "episodes").mkdir(parents=True)
+        games = [{"game": f"game{g:02d}", "task_type": TYPES[g % 2]} for g in range(4)]
+        (d / "config.json").write_text(json.dumps(
+            {"games": games, "config": {"agent": agent, "adapt_episodes": 0, "test_episodes": 2}}))
+        for g, wins in played.items():
+            (d / "episodes" / f"game{g:02d}").mkdir()
+            for k, won in enumerate(wins):
+                rec = _alf_record(agent, f"game{g:02d}", TYPES[g % 2], won, None)
+                rec["episode"] = k
+                (d / "episodes" / f"game{g:02d}" / f"test_{k}.json").write_text(json.dumps(rec))
+
+    run("react", {g: [True, False] for g in range(4)})
+    run("muse", {0: [True, True], 1: [False, True], 2: [True]})  # game 2 half played, game 3 not started
+    res = report(tmp_path)
+    muse, react = res["agents"]["muse"], res["agents"]["react"]
+    assert (muse["episodes"], muse["games"], muse["games_planned"], muse["episodes_in_progress"]) == (4, 2, 4, 1)
+    assert muse["success"]["n"] == 4 and set(muse["per_game_success"]) == {"game00", "game01"}
+    assert (react["episodes"], react["games"], react["episodes_in_progress"]) == (8, 4, 0)
+    c = next(c for c in res["comparisons"] if {c["a"], c["b"]} == {"react", "muse"})
+    assert c["n"] == 2  # paired on the games both finished
+    md = (tmp_path / "tables.md").read_text()
+    assert "| 4 (2 of 4 games; run in progress; 1 episode of unfinished games left out) |" in md
+    assert "| react | 50% [" in md and "| 8 |" in md
+
+
 def _sw_ep(c: str, task: str, v: int, score: float, won: bool) -> dict:
     mech = {k: 0 for k in ("memory_writes", "t1", "t4", "gate1_drops", "gate1_repairs", "critic_calls",
                            "system2_calls", "sage_calls", "invalid_steps")}

@@ -19,6 +19,9 @@
 * metacognitive accuracy with its cluster-bootstrap interval over episodes
   (``meta_accuracy_<cond>_ci``);
 
+only over games whose test episodes are all recorded: a run still playing (runs span sessions) is
+reported on its finished games, and Table 3 says how many of the planned games those are;
+
 and writes ``report.json`` and ``tables.md`` (atomically), ``roc_<agent>.png`` and
 ``success_rates.png`` (per task type, Wilson error bars). docs/statistics.md defines the statistics.
 """
@@ -61,6 +64,19 @@ def _per_game(test: list[dict[str, Any]]) -> dict[str, float]:
 def _game_success(test: list[dict[str, Any]]) -> float:
     per = _per_game(test)
     return float(np.mean(list(per.values()))) if per else float("nan")
+
+
+def complete_games(recs: list[dict[str, Any]], per_game: int, phase: str = "test") -> tuple[list[dict[str, Any]], int]:
+    """The records of games that have all ``per_game`` episodes of ``phase``, and how many
+    ``phase`` episodes belong to games still in progress (left out: a game's success is defined
+    over all its test episodes, and a run that spans sessions is reported while it plays)."""
+    counts: dict[str, int] = {}
+    for r in recs:
+        if r["phase"] == phase:
+            counts[r["game"]] = counts.get(r["game"], 0) + 1
+    keep = {g for g, n in counts.items() if n >= per_game}
+    out = [r for r in recs if r["game"] in keep]
+    return out, sum(n for g, n in counts.items() if g not in keep)
 
 
 def summarize(recs: list[dict[str, Any]], phase: str = "test", adapted: bool = True) -> dict[str, Any]:
@@ -153,7 +169,15 @@ def report(root: str | Path, out: str | Path | None = None) -> dict[str, Any]:
         cfg, recs = load_run(run)
         c = cfg["config"]
         label = run_label(c, agents)
+        per_game = c.get("test_episodes")
+        in_progress = 0
+        if isinstance(per_game, int) and per_game > 0:
+            recs, in_progress = complete_games(recs, per_game)
         summ = summarize(recs, "test", adapted=c["adapt_episodes"] > 0)
+        planned = len(cfg.get("games") or [])
+        if planned:
+            summ["games_planned"] = planned
+        summ["episodes_in_progress"] = in_progress
         summ["adapt_episodes"] = c["adapt_episodes"]
         summ["config"] = c
         summ["run"] = str(run)
@@ -226,6 +250,19 @@ def _rate(x: dict[str, Any] | None) -> str:
     return f"{100 * x['rate']:.0f}%{_bracket(x)}" if x else "—"
 
 
+def _episodes(s: dict[str, Any]) -> str:
+    """``120`` for a finished run; ``26 (13 of 60 games; run in progress; 1 episode of unfinished
+    games left out)`` for one still playing."""
+    n, games, planned = s.get("episodes", 0), s.get("games", 0), s.get("games_planned")
+    left = s.get("episodes_in_progress", 0)
+    if (planned is None or games >= planned) and not left:
+        return str(n)
+    parts = [f"{games} of {planned} games" if planned else f"{games} games", "run in progress"]
+    if left:
+        parts.append(f"{left} episode{'s' if left != 1 else ''} of unfinished games left out")
+    return f"{n} ({'; '.join(parts)})"
+
+
 def _auroc(x: dict[str, Any] | None) -> str:
     """``0.62 [0.41, 0.80]`` or ``undefined (n positives = 1 < 5)`` from an Auroc2Result dict."""
     if not x:
@@ -278,7 +315,7 @@ def render_tables(agents: dict[str, dict[str, Any]], comparisons: list[dict[str,
         ci = agents[a].get("success")
         if ci:
             na, ad = (na + _bracket(ci), ad) if ad == "—" else (na, ad + _bracket(ci))
-        L.append(f"| {a} | {na} | {ad} | {agents[a].get('episodes', 0)} |")
+        L.append(f"| {a} | {na} | {ad} | {_episodes(agents[a])} |")
     L.append("\n## Table 4: mean steps per episode (100 charged for a failure)\n")
     L.append("| Agent | No Adaptation | Adaptation |\n|---|---|---|")
     for a in order:
