@@ -122,6 +122,25 @@ def test_alfworld_report_counts_only_finished_games_of_a_run_in_progress(tmp_pat
     assert "| react | 50% [" in md and "| 8 |" in md
 
 
+def test_alfworld_selection_counts_and_table():
+    """MUSE's room for selection: a step whose rollouts all begin alike gives the scores no choice."""
+    from metacog_fast.agents.alfworld.report import render_tables, selection_counts
+
+    same = [[["go to bed 1", "..."]]] * 5
+    mixed = [[["go to desk 1", "a"]], [["go to bed 1", "b"], ["look", "c"]], [["go to desk 1", "d"]], [], [["open safe 1", ""]]]
+    log = [{"action": "go to bed 1", "rollouts": same},
+           {"action": "go to bed 1", "rollouts": mixed},   # not rollout 0's action
+           {"action": "go to desk 1", "rollouts": mixed},
+           {"action": "look"}]                              # a step without rollouts (not MUSE) is not counted
+    c = selection_counts(log)
+    assert c == {"steps": 3, "steps_with_choice": 2, "mean_distinct_first_actions": pytest.approx(7 / 3),
+                 "steps_not_first_sample": 1}
+    assert selection_counts([{"action": "look"}]) is None
+    md = render_tables({"muse": {"adapt_episodes": 0, "selection": c}, "react": {"adapt_episodes": 0}})
+    assert "## MUSE's selection (test steps)" in md and "| muse | 3 | 2 (67%) | 2.33 | 1 (33%) |" in md
+    assert "| react | 3 |" not in md
+
+
 def _sw_ep(c: str, task: str, v: int, score: float, won: bool) -> dict:
     mech = {k: 0 for k in ("memory_writes", "t1", "t4", "gate1_drops", "gate1_repairs", "critic_calls",
                            "system2_calls", "sage_calls", "invalid_steps")}

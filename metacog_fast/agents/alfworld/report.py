@@ -12,6 +12,8 @@
   episodes, undefined below 5 of either (``auroc2_<cond>_ci``), and within task type
   (``auroc2_<cond>_within_type``);
 * costs per episode: LLM calls, prompt/completion tokens, LLM / env / agent seconds;
+* MUSE's room for selection (``selection``): steps whose rollouts began with different actions,
+  and steps whose executed action was not the first rollout's;
 * every pair of agents compared on per-game success (paired bootstrap over the games both
   played: difference, interval, p; ``comparisons``);
 * the paper's claims about the ordering of the agents (``PAPER_CLAIMS``) tested as stated on the
@@ -140,7 +142,26 @@ def summarize(recs: list[dict[str, Any]], phase: str = "test", adapted: bool = T
     }
     out["mapping"] = {h: sum(1 for r in sel for s in r["step_log"] if s["how"] == h)
                       for h in ("exact", "embed", "choose", "raw")}
+    selection = selection_counts([s for r in sel for s in r["step_log"]])
+    if selection:
+        out["selection"] = selection
     return out
+
+
+def selection_counts(step_log: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """How much room MUSE's selection had (steps with rollouts; None without any): on how many
+    steps the rollouts' (mapped) first actions differed, so that the scores could change the action,
+    and on how many the executed action is not rollout 0's (the one an agent without M_sa, taking
+    its first sample, would have executed)."""
+    steps = [s for s in step_log if s.get("rollouts")]
+    if not steps:
+        return None
+    firsts = [[ro[0][0] for ro in s["rollouts"] if ro] for s in steps]
+    distinct = [len(set(f)) for f in firsts]
+    return {"steps": len(steps),
+            "steps_with_choice": sum(d >= 2 for d in distinct),
+            "mean_distinct_first_actions": float(np.mean(distinct)),
+            "steps_not_first_sample": sum(bool(f) and s.get("action") != f[0] for s, f in zip(steps, firsts))}
 
 
 def _pct(x: Any) -> str:
@@ -351,6 +372,19 @@ def render_tables(agents: dict[str, dict[str, Any]], comparisons: list[dict[str,
     for a in order:
         m = agents[a].get("mapping", {})
         L.append(f"| {a} | {m.get('exact', 0)} | {m.get('embed', 0)} | {m.get('choose', 0)} | {m.get('raw', 0)} |")
+    sel_rows = [a for a in order if agents[a].get("selection")]
+    if sel_rows:
+        L.append("\n## MUSE's selection (test steps)\n")
+        L.append("Steps on which the rollouts' first actions differed (only there can the scores change the action), "
+                 "the mean number of distinct first actions among the rollouts, and the steps on which the executed "
+                 "action is not the first rollout's.\n")
+        L.append("| Agent | steps | with a choice | distinct first actions | executed ≠ rollout 0 |\n|---|---|---|---|---|")
+        for a in sel_rows:
+            c = agents[a]["selection"]
+            n = c["steps"]
+            L.append(f"| {a} | {n} | {c['steps_with_choice']} ({100 * c['steps_with_choice'] / n:.0f}%) | "
+                     f"{c['mean_distinct_first_actions']:.2f} | {c['steps_not_first_sample']} "
+                     f"({100 * c['steps_not_first_sample'] / n:.0f}%) |")
     if claims:
         L += claims_markdown(claims, "The paper's claims, tested as stated (per-game success)", "game")
     if comparisons:
