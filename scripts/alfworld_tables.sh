@@ -62,4 +62,6 @@ for a in $AGENTS; do
   pack $a
   [ $rc = 0 ] || exit $rc
 done
+# the report covers every agent with committed records, not only those of this call
+for a in react reflexion reflexion+sl fcrf muse muse-lowest muse-random; do restore $a; done
 $M report alfworld $O --out results/alfworld/run3 >> $O/report.log 2>&1
