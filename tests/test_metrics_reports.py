@@ -141,6 +141,33 @@ def test_alfworld_selection_counts_and_table():
     assert "| react | 3 |" not in md
 
 
+def test_alfworld_adaptation_effect_and_table():
+    """First attempt (adaptation episode 0) against the test episodes, per game, paired."""
+    from metacog_fast.agents.alfworld.report import adaptation_effect, render_tables
+
+    def rec(game, phase, episode, won):
+        return {"game": game, "phase": phase, "episode": episode, "won": won}
+
+    # (first attempt, test wins of 2): kept, lost once, lost twice, failed and recovered twice, failed twice
+    plan = {"g1": (True, 2), "g2": (True, 1), "g3": (True, 0), "g4": (False, 2), "g5": (False, 0)}
+    recs = []
+    for g, (first, wins) in plan.items():
+        recs += [rec(g, "adapt", 0, first), rec(g, "adapt", 1, not first)]  # episode 1 must not count
+        recs += [rec(g, "test", 0, wins >= 1), rec(g, "test", 1, wins >= 2)]
+    recs.append(rec("g6", "test", 0, True))  # a game without a first attempt is left out
+    e = adaptation_effect(recs)
+    assert e["games"] == 5
+    assert e["first_won"] == {"games": 3, "tests_all_won": 1, "tests_some_won": 1, "tests_none_won": 1}
+    assert e["first_failed"] == {"games": 2, "tests_all_won": 1, "tests_some_won": 0, "tests_none_won": 1}
+    # per-game test − first: 0, -0.5, -1, +1, 0 -> mean -0.1
+    c = e["change"]
+    assert c["n"] == 5 and c["diff"] == pytest.approx(-0.1) and c["low"] <= c["diff"] <= c["high"]
+    assert adaptation_effect([rec("g", "test", 0, True)]) is None
+    md = render_tables({"muse": {"adapt_episodes": 2, "adaptation_effect": e}, "react": {"adapt_episodes": 0}})
+    assert "## What adaptation did" in md and "| muse | 5 | 3: 1 / 1 / 1 | 2: 1 / 0 / 1 | -10.0 |" in md
+    assert "| react | 5 |" not in md
+
+
 def _sw_ep(c: str, task: str, v: int, score: float, won: bool) -> dict:
     mech = {k: 0 for k in ("memory_writes", "t1", "t4", "gate1_drops", "gate1_repairs", "critic_calls",
                            "system2_calls", "sage_calls", "invalid_steps")}

@@ -142,9 +142,33 @@ def summarize(recs: list[dict[str, Any]], phase: str = "test", adapted: bool = T
     }
     out["mapping"] = {h: sum(1 for r in sel for s in r["step_log"] if s["how"] == h)
                       for h in ("exact", "embed", "choose", "raw")}
+    effect = adaptation_effect(recs)
+    if effect:
+        out["adaptation_effect"] = effect
     selection = selection_counts([s for r in sel for s in r["step_log"]])
     if selection:
         out["selection"] = selection
+    return out
+
+
+def adaptation_effect(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the adaptation episodes (and the reflections written after them) did to each game, from
+    the records of games with a first adaptation episode and test episodes (None without any):
+    games won / failed at the first attempt (adaptation episode 0, before any reflection), how many
+    of them were won in every / some / no test episode, and the change of the per-game success from
+    the first attempt to the test episodes, paired by game (bootstrap interval, two-sided p)."""
+    from metacog_fast.metrics import compare_paired
+
+    first = {r["game"]: float(bool(r["won"])) for r in recs if r["phase"] == "adapt" and r["episode"] == 0}
+    test = {g: v for g, v in _per_game([r for r in recs if r["phase"] == "test"]).items() if g in first}
+    if not test:
+        return None
+    out: dict[str, Any] = {"games": len(test)}
+    for name, was in (("first_won", 1.0), ("first_failed", 0.0)):
+        rates = [test[g] for g in test if first[g] == was]
+        out[name] = {"games": len(rates), "tests_all_won": sum(x == 1.0 for x in rates),
+                     "tests_some_won": sum(0.0 < x < 1.0 for x in rates), "tests_none_won": sum(x == 0.0 for x in rates)}
+    out["change"] = compare_paired(test, {g: first[g] for g in test}).to_dict()
     return out
 
 
@@ -299,7 +323,7 @@ def render_tables(agents: dict[str, dict[str, Any]], comparisons: list[dict[str,
     the paper's agents in their order, then any further runs of an agent under their labels), with
     Wilson intervals on success rates, AUROC2 intervals with episode counts, and the paired
     comparisons of every pair of agents."""
-    from metacog_fast.metrics import claims_markdown, comparisons_markdown
+    from metacog_fast.metrics import claims_markdown, comparisons_markdown, p_cell
 
     order = ordered(agents)
     L: list[str] = []
@@ -372,6 +396,23 @@ def render_tables(agents: dict[str, dict[str, Any]], comparisons: list[dict[str,
     for a in order:
         m = agents[a].get("mapping", {})
         L.append(f"| {a} | {m.get('exact', 0)} | {m.get('embed', 0)} | {m.get('choose', 0)} | {m.get('raw', 0)} |")
+    eff_rows = [a for a in order if agents[a].get("adaptation_effect")]
+    if eff_rows:
+        L.append("\n## What adaptation did: the first attempt against the test episodes\n")
+        L.append("Per game, the first adaptation episode (before any reflection) against its test episodes: "
+                 "games won at the first attempt and then won in every / some / no test episode, the same for "
+                 "games failed at the first attempt, and the change of the per-game success from the first "
+                 "attempt to the tests (percentage points, paired bootstrap over games).\n")
+        L.append("| Agent | games | first won: tests all / some / none won | first failed: tests all / some / none won "
+                 "| test − first attempt | 95 % interval | p |\n|---|---|---|---|---|---|---|")
+        for a in eff_rows:
+            e = agents[a]["adaptation_effect"]
+            w, f, c = e["first_won"], e["first_failed"], e["change"]
+            interval = f"[{100 * c['low']:+.1f}, {100 * c['high']:+.1f}]" if c.get("defined") else "—"
+            diff = f"{100 * c['diff']:+.1f}" if c.get("defined") else "—"
+            L.append(f"| {a} | {e['games']} | {w['games']}: {w['tests_all_won']} / {w['tests_some_won']} / "
+                     f"{w['tests_none_won']} | {f['games']}: {f['tests_all_won']} / {f['tests_some_won']} / "
+                     f"{f['tests_none_won']} | {diff} | {interval} | {p_cell(c.get('p_value'), c.get('resamples', 10000))} |")
     sel_rows = [a for a in order if agents[a].get("selection")]
     if sel_rows:
         L.append("\n## MUSE's selection (test steps)\n")
