@@ -7,7 +7,8 @@
 #   no few-shot examples, its raw text sent as the command):
 #     react; reflexion and fcrf reflecting with the base SmolLM2; reflexion+sl (the paper's control:
 #     the SFT actor and the DPO reflector, no self-assessment); muse, muse-lowest and muse-random with
-#     the DPO reflector and the pre-deployment M_sa;
+#     the DPO reflector and the pre-deployment M_sa (muse-random decoding only its pick:
+#     --decode-only-pick, the same actions for a fraction of the decoding);
 #   the report (Wilson intervals, AUROC2 with its interval and distinct positive episodes, costs).
 # Every run resumes where it stopped (rerun after a kill). Every 15 minutes and after each run its
 # config and episode records are packed into results/alfworld/run3/records/<run>.tar.gz (commit them); a rerun on a fresh
@@ -50,6 +51,7 @@ for a in $AGENTS; do
     react) extra=(--agent react) ;;
     reflexion|fcrf) extra=(--agent $a --reflector "$BASE") ;;
     reflexion+sl) extra=(--agent reflexion --reflector "$DPO" --label reflexion+sl) ;;
+    muse-random) extra=(--agent $a --reflector "$DPO" --scorer $O/pretrain/scorer --decode-only-pick) ;;
     muse*) extra=(--agent $a --reflector "$DPO" --scorer $O/pretrain/scorer) ;;
     *) echo "unknown agent $a" >&2; exit 2 ;;
   esac

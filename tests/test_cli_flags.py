@@ -145,8 +145,9 @@ def _words(spec: Flags, obj: Any) -> list[str]:
     out: list[str] = []
     for f in spec.fields():
         v = getattr(obj, f.name)
-        if hints[f.name] is bool:
-            out.append(spec.flag(f.name) if v else "--no-" + spec.flag(f.name)[2:])
+        if hints[f.name] in (bool, bool | None):  # bool | None: None is spelled by leaving the flag out
+            if v is not None:
+                out.append(spec.flag(f.name) if v else "--no-" + spec.flag(f.name)[2:])
             continue
         if f.name in spec.nargs:
             out += [spec.flag(f.name), *map(str, v)] if v is not None else []

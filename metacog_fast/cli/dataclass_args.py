@@ -6,7 +6,7 @@ default the field's default (defaults live only in the dataclasses), and a field
 is a required flag. Types:
 
 - ``int``, ``float``, ``str``; ``Literal["a", "b"]`` (the values become the choices);
-- ``bool``: ``--flag`` / ``--no-flag``;
+- ``bool``: ``--flag`` / ``--no-flag``; ``bool | None`` the same, None when neither is given;
 - ``X | None``: the word ``none`` gives None;
 - ``tuple[X, ...]`` / ``list[X]``: comma-separated (``--tasks 1,2,3``), or space-separated when the
   field is given ``nargs``;
@@ -244,7 +244,7 @@ def add_config_flags(p: argparse.ArgumentParser | Any, *specs: Flags) -> None:
             names = [spec.flag(f.name), *spec.aliases.get(f.name, ())]
             required = default is dataclasses.MISSING or f.name in spec.required
             tail = " (required)" if required else f" (default {spec.shown.get(f.name, _shown(default))})"
-            if tp is bool:
+            if _strip_optional(tp) is bool:  # bool | None: the default None stays None without the flag
                 p.add_argument(*names, dest=spec.dest(f.name), action=argparse.BooleanOptionalAction,
                                default=None if required else default, required=required, help=help_text + tail)
                 for neg in spec.negations.get(f.name, ()):

@@ -192,6 +192,9 @@ class MuseAgent(ReflexionAgent):
         super().__init__(llm, examples, config, mapper, memory, reflector=reflector)
         if select not in ("highest", "lowest", "random"):
             raise ValueError(f"select: expected 'highest', 'lowest' or 'random', got {select!r}")
+        if config.decode_only_pick and select != "random":
+            raise ValueError(f"decode_only_pick: only select='random' (MUSE-random) can pick a rollout before "
+                             f"decoding; select={select!r} needs every rollout")
         self.scorer, self.select_mode = scorer, select
         self.name = {"highest": "muse", "lowest": "muse-lowest", "random": "muse-random"}[select]
         self.rng = np.random.default_rng(config.seed)
@@ -222,9 +225,26 @@ class MuseAgent(ReflexionAgent):
         prompt = self.prompt()
         self.step_seed += self.cfg.rollouts
         # the n rollouts decoded together (rollout i seeded step_seed + i, as the n samples of complete)
+        if self.cfg.decode_only_pick:
+            pick, text = self._decode_pick(prompt)
+            return self._select([text], admissible, prompt, batched=True, pick=pick)
         outs = self.llm.generate_many([prompt] * self.cfg.rollouts, temperature=self.cfg.rollout_temperature,
                                       max_tokens=self.cfg.rollout_max_tokens, seed=self.step_seed)
         return self.select([o.text for o in outs], admissible, prompt)
+
+    def _decode_pick(self, prompt: str) -> tuple[int, str]:
+        """MUSE-random's pick drawn first (the same draw :meth:`select` makes after decoding), then
+        only that rollout decoded, with its own seed, up to the end of its first line. The line is
+        the executed action unless it is empty or a think (then the action comes from a later pair,
+        and the whole rollout is decoded as in the full step)."""
+        pick = int(self.rng.integers(self.cfg.rollouts))
+        kw = dict(temperature=self.cfg.rollout_temperature, max_tokens=self.cfg.rollout_max_tokens,
+                  seed=self.step_seed + pick)
+        text = self.llm.generate_many([prompt], stop=["\n"], **kw)[0].text
+        first = clean_action(text.split("\n", 1)[0].strip())
+        if not first or first.lower().startswith("think:"):
+            text = self.llm.generate_many([prompt], **kw)[0].text
+        return pick, text
 
     def select(self, texts: Sequence[str], admissible: Sequence[str] | None, prompt: str = "") -> Decision:
         """The agent's own part of a step (no LLM generation, no env): parse the rollouts, map their
@@ -237,7 +257,10 @@ class MuseAgent(ReflexionAgent):
         anchor of bench/bench_alfworld_agents.py and of the equivalence test."""
         return self._select(texts, admissible, prompt, batched=False)
 
-    def _select(self, texts: Sequence[str], admissible: Sequence[str] | None, prompt: str, batched: bool) -> Decision:
+    def _select(self, texts: Sequence[str], admissible: Sequence[str] | None, prompt: str, batched: bool,
+                pick: int | None = None) -> Decision:
+        """``pick``: the rollout index MUSE-random drew before decoding only that rollout (``texts``
+        is then that one rollout)."""
         assert self.ctx is not None
         t_agent = time.perf_counter()
         size = getattr(self.scorer.config, "chunk_size", 4)
@@ -257,7 +280,9 @@ class MuseAgent(ReflexionAgent):
             keep = max(0, size - len(pairs))
             chunks.append((self.executed[-keep:] if keep else []) + pairs[:size])
         scores = self.scorer.score(self.ctx.task, self.current_plan, chunks)
-        if self.select_mode == "highest":
+        if pick is not None:
+            i = 0
+        elif self.select_mode == "highest":
             i = int(np.argmax(scores))
         elif self.select_mode == "lowest":
             i = int(np.argmin(scores))
@@ -266,7 +291,9 @@ class MuseAgent(ReflexionAgent):
         chosen = firsts[i]
         agent_s = time.perf_counter() - t_agent
         info = {"rollouts": [[list(p) for p in r] for r in rollouts], "scores": [float(x) for x in scores],
-                "chosen": i, "mapped": [m.how for m in firsts], "select_seconds": agent_s}
+                "chosen": i if pick is None else pick, "mapped": [m.how for m in firsts], "select_seconds": agent_s}
+        if pick is not None:
+            info["decoded_only_pick"] = True
         return Decision(chosen.action, chosen.proposed, chosen.how, [], map_s, info)
 
 

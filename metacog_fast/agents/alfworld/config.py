@@ -42,6 +42,15 @@ class AgentConfig:
     """At most this many (action, observation) pairs are parsed from one rollout."""
     seed: int = 0
     """Seed of sampling and of MUSE-random's choice."""
+    decode_only_pick: bool | None = None
+    """MUSE-random only: draw the uniform pick first and decode only the picked rollout, up to the end
+    of its first action line (the whole rollout when that line is empty or a think). The rollouts are
+    independent samples (rollout i seeded step seed + i) and the pick ignores their text, so the
+    executed actions are those of picking among all ``rollouts`` decoded ones: bit-identical where
+    decoding one sequence alone gives the tokens it gives in a batch (checked for llama.cpp on CPU,
+    tests/test_alfworld_muse_random_pick.py), for about a tenth of the decoding. The step's record
+    then holds only the picked rollout's first action and its score. None or False: decode and score
+    every rollout, as MUSE does."""
 
     def validate(self) -> "AgentConfig":
         if self.map_actions not in MAP_MODES:
@@ -121,6 +130,9 @@ class RunConfig:
         if self.agent.startswith("muse") and not self.scorer:
             raise ValueError(f"scorer: agent {self.agent!r} needs a pre-deployment scorer folder "
                              "(run `metacog pretrain alfworld` first)")
+        if self.agent_config.decode_only_pick and self.agent != "muse-random":
+            raise ValueError(f"decode_only_pick: only agent 'muse-random' can pick a rollout before decoding "
+                             f"(its pick ignores the rollouts' text); agent {self.agent!r} needs all of them")
         self.agent_config.validate()
         return self
 

@@ -176,8 +176,9 @@ def selection_counts(step_log: list[dict[str, Any]]) -> dict[str, Any] | None:
     """How much room MUSE's selection had (steps with rollouts; None without any): on how many
     steps the rollouts' (mapped) first actions differed, so that the scores could change the action,
     and on how many the executed action is not rollout 0's (the one an agent without M_sa, taking
-    its first sample, would have executed)."""
-    steps = [s for s in step_log if s.get("rollouts")]
+    its first sample, would have executed). Steps of MUSE-random that decoded only their pick
+    (``decode_only_pick``) had no rollouts to compare and are left out."""
+    steps = [s for s in step_log if s.get("rollouts") and not s.get("decoded_only_pick")]
     if not steps:
         return None
     firsts = [[ro[0][0] for ro in s["rollouts"] if ro] for s in steps]

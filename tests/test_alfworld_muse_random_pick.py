@@ -1,0 +1,104 @@
+"""MUSE-random with ``decode_only_pick``: the pick drawn first and only that rollout decoded executes
+the actions that picking among all decoded rollouts executes. Real embedded LLM (llama.cpp, CPU),
+real MiniLM scorer, ALFWorld-shaped prompts."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from metacog_fast.agents.alfworld import prompts
+from metacog_fast.agents.alfworld.actions import ActionMapper
+from metacog_fast.agents.alfworld.agents import EpisodeContext, MuseAgent
+from metacog_fast.agents.alfworld.config import AgentConfig, RunConfig
+from metacog_fast.agents.alfworld.fewshot import load_examples
+from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT
+from metacog_fast.agents.alfworld.report import selection_counts
+
+INTRO = ("You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a countertop 1, "
+         "a countertop 2, a diningtable 1, a fridge 1, a garbagecan 1, a microwave 1, a sinkbasin 1, and a "
+         "stoveburner 1.\n\nYour task is to: heat some egg and put it in diningtable.")
+HISTORY = [("go to fridge 1", "The fridge 1 is closed."), ("open fridge 1", "You open the fridge 1. The fridge 1 "
+           "is open. In it, you see a egg 1, and a lettuce 2.")]
+
+
+@pytest.fixture(scope="module")
+def llm():
+    from metacog_fast.llm import open_llm
+
+    m = open_llm("llama-cpp://", n_threads=1)
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="module")
+def scorer():
+    from metacog_fast.scoring import ScorerConfig, TrajectoryScorer
+
+    return TrajectoryScorer(ScorerConfig(seed=3))
+
+
+def make_random(llm, scorer, examples: int, only_pick: bool | None) -> MuseAgent:
+    cfg = AgentConfig(examples=examples, rollouts=5, rollout_max_tokens=32, seed=7, decode_only_pick=only_pick)
+    ex = load_examples(DEFAULT_FEWSHOT)
+    agent = MuseAgent(llm, ex, cfg, ActionMapper("none"), None, scorer, "random")
+    agent.ctx = EpisodeContext("g", "Your task is to: heat some egg and put it in diningtable.",
+                               "pick_heat_then_place_in_recep", INTRO, 0)
+    agent.current_plan = "1. take the egg. 2. heat it with the microwave. 3. put it on the diningtable."
+    agent.prefix = prompts.actor_prefix(ex["pick_heat_then_place_in_recep"][:examples], INTRO, [], agent.current_plan)
+    agent.lines = list(HISTORY)
+    agent.executed = list(HISTORY)
+    return agent
+
+
+THINKS = [("think: First I need to find an egg.", "OK."), ("think: An egg is likely in the fridge.", "OK."),
+          ("think: I will check the fridge first.", "OK.")]
+
+
+# after actions the first line is an action (decoded up to its end); after think lines it is a think,
+# and the picked rollout is decoded whole (the full step's action comes from a later pair)
+@pytest.mark.parametrize("history", ["actions", "thinks"])
+def test_decoding_only_the_pick_executes_the_same_actions(llm, scorer, history):
+    steps = 6
+    decisions, tokens, calls = [], [], []
+    for only_pick in (None, True):
+        agent = make_random(llm, scorer, 2, only_pick)
+        if history == "thinks":
+            agent.lines += THINKS
+        before = (llm.usage.completion_tokens, llm.usage.calls)
+        decisions.append([agent.act(None) for _ in range(steps)])
+        tokens.append(llm.usage.completion_tokens - before[0])
+        calls.append(llm.usage.calls - before[1])
+    a, b = decisions
+    assert [d.info["chosen"] for d in b] == [d.info["chosen"] for d in a]
+    assert [(d.action, d.proposed, d.how) for d in b] == [(d.action, d.proposed, d.how) for d in a]
+    for da, db in zip(a, b):
+        # the executed action is the picked rollout's first action, in both
+        assert db.info["rollouts"][0][0][0] == da.info["rollouts"][da.info["chosen"]][0][0] == db.action
+        assert len(db.info["rollouts"]) == 1 and len(db.info["scores"]) == 1 and db.info["decoded_only_pick"]
+        assert "decoded_only_pick" not in da.info and len(da.info["rollouts"]) == 5
+    if history == "actions":
+        assert calls[1] == steps and tokens[1] < tokens[0] / 4
+    else:  # first lines here are thinks: such a pick is decoded twice (to the line's end, then whole)
+        assert calls[1] > steps and tokens[1] < tokens[0] / 2
+    assert selection_counts([{"action": d.action, **d.info} for d in b]) is None
+    assert selection_counts([{"action": d.action, **d.info} for d in a])["steps"] == steps
+
+
+def test_decode_only_pick_is_refused_where_the_pick_needs_the_rollouts(scorer):
+    with pytest.raises(ValueError, match="decode_only_pick"):
+        MuseAgent(None, {}, AgentConfig(decode_only_pick=True), ActionMapper("none"), None, scorer, "highest")
+    with pytest.raises(ValueError, match="decode_only_pick"):
+        RunConfig(agent="muse-lowest", scorer="s", agent_config=AgentConfig(decode_only_pick=True)).validate()
+    RunConfig(agent="muse-random", scorer="s", agent_config=AgentConfig(decode_only_pick=True)).validate()
+
+
+def test_decode_only_pick_flag():
+    from metacog_fast.cli.alfworld import add_run_arguments, run_config
+
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    base = ["--agent", "muse-random", "--out", "x", "--scorer", "s"]
+    assert run_config(p.parse_args(base)).agent_config.decode_only_pick is None  # an older run's snapshot resumes
+    assert run_config(p.parse_args(base + ["--decode-only-pick"])).agent_config.decode_only_pick is True
+    assert run_config(p.parse_args(base + ["--no-decode-only-pick"])).agent_config.decode_only_pick is False
