@@ -232,6 +232,29 @@ def test_experience_metrics_carry_intervals(tmp_path):
     assert (tmp_path / "learning_curve.png").stat().st_size > 1000
 
 
+def test_experience_subtasks_on_task(tmp_path):
+    from metacog_fast.agents.experience.metrics import subtasks_on_task, summarise, tables_markdown
+
+    def sub(d: str) -> dict:
+        return {"description": d}
+
+    look = {"task": "look at alarmclock under the desklamp.",
+            "subtasks": [sub("go to microwave"), sub("go to fridge"), sub("take the AlarmClock 1 from desk 1"),
+                         sub("use desklamp 1")]}
+    assert subtasks_on_task(look) == (2, 4)
+    # words of every task ("put", "clean", "go", ...) are not the task's objects
+    put = {"task": "put a clean mug in coffeemachine.", "subtasks": [sub("go to the sinkbasin"), sub("clean it")]}
+    assert subtasks_on_task(put) == (0, 2)
+    assert subtasks_on_task({"task": "x"}) == (0, 0)
+    base = {"condition": "baseline", "iteration": 0, "won": False, "score": 0.0, "subtasks_flagged": 0,
+            "retries": 0, "replans": 0, "replans_changed": 0, "tokens": 1, "env_actions": 1, "seconds": 1.0}
+    m = summarise([{**base, **look, "game_arg": "0", "subtasks_total": 4},
+                   {**base, **put, "game_arg": "1", "subtasks_total": 2}])
+    (row,) = m["rows"]
+    assert row["subtasks_on_task"] == 2 and row["subtasks_attempted"] == 6
+    assert "| 2/6 |" in tables_markdown(m)
+
+
 def test_sim_ablation_statistics():
     from metacog_fast.sim.evaluation import ablation_statistics, ablation_statistics_markdown
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -24,6 +25,23 @@ def row_label(condition: str, iteration: int) -> str:
 def _unit(e: dict[str, Any]) -> str:
     """The game an episode played, as the pairing unit (its index in the protocol's game list)."""
     return str(e.get("game_arg", e.get("game")))
+
+
+_NOT_CONTENT = frozenset("a an the in on at to of and then it its some two put look under clean cool heat "
+                         "find examine with place go take".split())
+
+
+def _content_words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z]+", text.lower())) - _NOT_CONTENT
+
+
+def subtasks_on_task(episode: dict[str, Any]) -> tuple[int, int]:
+    """(sub-tasks whose description names a content word of the task — an object or receptacle of
+    "put a clean mug in coffeemachine" — , sub-tasks): how much of the plan is about the task at
+    all. A plan of "go to fridge" for "look at alarmclock under the desklamp" names none."""
+    words = _content_words(str(episode.get("task", "")))
+    subs = episode.get("subtasks") or []
+    return sum(bool(words & _content_words(str(s.get("description", "")))) for s in subs), len(subs)
 
 
 def summarise(episodes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -47,6 +65,7 @@ def summarise(episodes: list[dict[str, Any]]) -> dict[str, Any]:
             "subtask_success": (sum(e["subtasks_flagged"] for e in eps) / sub_total) if sub_total else 0.0,
             "subtasks_accepted": sum(e["subtasks_flagged"] for e in eps),
             "subtasks_attempted": sub_total,
+            "subtasks_on_task": sum(subtasks_on_task(e)[0] for e in eps),
             "loop_hidden_turns_per_task": sum(e.get("loop_hidden_turns", 0) for e in eps) / n,
             "subtask_command_turns_per_task": sum(e.get("grounding", {}).get("subtask_command_turns", 0)
                                                   for e in eps) / n,
@@ -79,8 +98,11 @@ def tables_markdown(metrics: dict[str, Any]) -> str:
     L = ["## Task success per condition and iteration", "",
          "Wilson 95 % intervals (successes/n). Sub-task intervals treat sub-tasks as independent, which they "
          "are not within a task: read them as optimistic.", "",
-         "| condition | iteration | tasks | success | sub-task success | mean score | retries/task | env actions/task |",
-         "|---|---|---|---|---|---|---|---|"]
+         "Sub-tasks on the task: those whose description names an object or receptacle of the task (the "
+         "plan's relevance; `subtasks_on_task`).", "",
+         "| condition | iteration | tasks | success | sub-task success | sub-tasks on the task | mean score | "
+         "retries/task | env actions/task |",
+         "|---|---|---|---|---|---|---|---|---|"]
     for r in metrics["rows"]:
         s = r.get("success")
         succ = (f"{100 * r['success_rate']:.0f}% [{100 * s['low']:.0f}%, {100 * s['high']:.0f}%] "
@@ -89,7 +111,8 @@ def tables_markdown(metrics: dict[str, Any]) -> str:
         sub = f"{100 * r['subtask_success']:.0f}%"
         if si.get("low") is not None:
             sub += f" [{100 * si['low']:.0f}%, {100 * si['high']:.0f}%] ({si['successes']}/{si['n']})"
-        L.append(f"| {r['condition']} | {r['iteration']} | {r['tasks']} | {succ} | {sub} | {r['mean_score']:.2f} | "
+        on = f"{r['subtasks_on_task']}/{r['subtasks_attempted']}" if "subtasks_on_task" in r else "—"
+        L.append(f"| {r['condition']} | {r['iteration']} | {r['tasks']} | {succ} | {sub} | {on} | {r['mean_score']:.2f} | "
                  f"{r['retries_per_task']:.2f} | {r['env_actions_per_task']:.1f} |")
     if metrics.get("comparisons"):
         L += comparisons_markdown(metrics["comparisons"], "Paired comparisons: task success (percentage points)",
