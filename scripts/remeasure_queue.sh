@@ -7,6 +7,8 @@
 #   4. generative agents (scripts/sim_tables.sh; ~2 h)
 #   5. ScienceWorld (scripts/scienceworld_tables.sh; ~8 h)
 #   6. ALFWorld MUSE-lowest (~10 h)
+#   alfworld-onfail (not in the default STEPS): Reflexion and Reflexion + SL reflecting only after
+#     failures (~40 min each)
 # A step that fails is logged and the queue goes on to the next; a rerun (after a kill or in a new
 # session) skips nothing by itself: every script resumes from its committed records and plays only
 # what is missing, so a finished step costs only its check. The records each script packs under
@@ -25,6 +27,7 @@ for step in $STEPS; do
     sim) bash scripts/sim_tables.sh > runs/sim3/tables.out 2>&1 ;;
     scienceworld) bash scripts/scienceworld_tables.sh > runs/scienceworld3/tables.out 2>&1 ;;
     alfworld-random) AGENTS=muse-random bash scripts/alfworld_tables.sh >> runs/alfworld3/tables.out 2>&1 ;;
+    alfworld-onfail) AGENTS="reflexion-onfail reflexion+sl-onfail" bash scripts/alfworld_tables.sh >> runs/alfworld3/tables.out 2>&1 ;;
     alfworld-lowest) AGENTS=muse-lowest bash scripts/alfworld_tables.sh >> runs/alfworld3/tables.out 2>&1 ;;
     *) echo "[queue] unknown step $step" >&2; false ;;
   esac

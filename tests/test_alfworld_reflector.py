@@ -81,6 +81,53 @@ def test_reflections_come_from_the_reflector_and_count_in_the_record(tmp_path):
         reflector.close()
 
 
+def test_reflecting_only_after_failures(tmp_path):
+    """reflect_on="failure": a failed episode is reflected on as always; a won one adds no
+    reflection (FCRF still grows its lesson pool from the fail -> success pair), and the reflections
+    already written stay. Bad values are refused by name; an older snapshot resumes."""
+    from metacog_fast.agents.alfworld.episode import run_episode
+    from metacog_fast.agents.alfworld.fewshot import load_examples
+    from metacog_fast.agents.alfworld.memory import ReflectionMemory
+    from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT, make_agent, select_games
+    from metacog_fast.envs import make_env
+    from metacog_fast.llm import open_llm
+    from metacog_fast.scoring import MiniLMEncoder
+
+    with pytest.raises(ValueError, match="reflect_on"):
+        AgentConfig(reflect_on="sometimes").validate()
+    old = RunConfig(agent="reflexion").to_dict()
+    old["agent_config"].pop("reflect_on")
+    assert config_differences(old, RunConfig(agent="reflexion").to_dict()) == []
+
+    enc = MiniLMEncoder()
+    ac = AgentConfig(**{**TINY, "reflect_on": "failure"})
+    ex = load_examples(DEFAULT_FEWSHOT, ac.examples, ac.example_max_steps)
+    llm = open_llm(n_threads=1, n_ctx=4096)
+    mem = ReflectionMemory(tmp_path / "m.db", enc)
+    env = make_env("alfworld", split="valid_train", max_episode_steps=2)
+    (g,) = select_games("valid_train", 1)
+    try:
+        for name in ("reflexion", "fcrf"):
+            agent = make_agent(name, llm, ex, ac, enc, mem)
+            agent.restore(g["game"], [])
+            rec = run_episode(env, agent, llm, g["game"], g["gamefile"], 0, "adapt", 2)
+            assert not rec["won"] and rec["end"]["reflection"]  # 2 steps do not win: reflected on
+            kept = mem.last(g["game"], 3)
+            assert kept == [rec["end"]["reflection"]]
+            c0 = llm.usage.calls
+            info = agent.end(True, [tuple(p) for p in rec["pairs"]])  # a won episode
+            assert "reflection" not in info and mem.last(g["game"], 3) == kept
+            if name == "reflexion":
+                assert info == {} and llm.usage.calls == c0  # no reflection call at all
+            else:
+                assert llm.usage.calls == c0 + 1  # only the lesson of the fail -> success pair
+            mem.clear(g["game"])
+    finally:
+        env.close()
+        mem.close()
+        llm.close()
+
+
 def test_a_finetuned_actor_prompted_unlike_its_training_is_warned(tmp_path):
     """The shipped actor was trained on prompts without few-shot examples: a run that gives it the
     default 2 warns and names the flag; one that matches does not; the base model has no setting."""

@@ -11,11 +11,11 @@ import argparse
 import dataclasses
 import json
 
-from metacog_fast.agents.alfworld.config import AGENT_NAMES, MAP_MODES, AgentConfig, PretrainConfig, RunConfig
+from metacog_fast.agents.alfworld.config import AGENT_NAMES, MAP_MODES, REFLECT_ON, AgentConfig, PretrainConfig, RunConfig
 from metacog_fast.cli.dataclass_args import Flags, add_config_flags, config_from_args
 from metacog_fast.cli.executor import EXECUTOR_FLAGS
 
-AGENT_FLAGS = Flags(AgentConfig, choices={"map_actions": MAP_MODES})
+AGENT_FLAGS = Flags(AgentConfig, choices={"map_actions": MAP_MODES, "reflect_on": REFLECT_ON})
 """Per-episode behaviour, shared by ``run`` and ``pretrain``."""
 RUN_FLAGS = Flags(RunConfig, required=("agent",), choices={"agent": AGENT_NAMES},
                   aliases={"test_episodes": ("--episodes",)})

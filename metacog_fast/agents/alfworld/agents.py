@@ -127,8 +127,9 @@ class ReActAgent:
 
 
 class ReflexionAgent(ReActAgent):
-    """Reflexion: a reflection after every episode (success or failure), stored in the memory
-    store; the last ``reflections_kept`` of the task go into the next prompt."""
+    """Reflexion: a reflection after every episode (success or failure; only failures with
+    ``reflect_on="failure"``), stored in the memory store; the last ``reflections_kept`` of the task
+    go into the next prompt."""
 
     name = "reflexion"
 
@@ -163,6 +164,8 @@ class ReflexionAgent(ReActAgent):
 
     def end(self, won: bool, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
         assert self.ctx is not None
+        if won and self.cfg.reflect_on == "failure":
+            return {}
         text = self.reflect(won, pairs)
         self.memory.add(self.ctx.game, self.ctx.episode, text)
         return {"reflection": text}
@@ -331,6 +334,8 @@ class FcrfAgent(ReActAgent):
             if self.pool.add(ctx.task_type, tip):
                 info["new_lesson"] = " ".join(tip.split())
         self.history.append((won, pairs))
+        if won and self.cfg.reflect_on == "failure":
+            return info
         experience = self._chat(prompts.experience_messages(ctx.task, pairs, won)) or "no useful facts."
         info["experience"] = experience
         text = f"Experience: {experience}"

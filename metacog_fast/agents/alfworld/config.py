@@ -6,6 +6,7 @@ from typing import Any
 
 AGENT_NAMES = ("react", "reflexion", "muse", "muse-lowest", "muse-random", "fcrf")
 MAP_MODES = ("embed", "choose", "none")
+REFLECT_ON = ("every", "failure")
 
 
 @dataclass
@@ -30,6 +31,12 @@ class AgentConfig:
     """Reflections of the same task put into the next prompt (Reflexion, FCRF: 3)."""
     reflection_max_tokens: int = 64
     """Tokens of one reflection / summary / plan."""
+    reflect_on: str | None = None
+    """When Reflexion, MUSE and FCRF reflect: after "every" episode, won or failed (paper 000's
+    protocol; None is "every", so run folders from before this option resume), or only after a
+    "failure" (Reflexion's original trials): a won episode then adds no reflection, and those
+    already written stay in the next prompts. FCRF's lesson pool grows from fail -> success pairs
+    either way."""
     plan_max_tokens: int = 48
     """Tokens of MUSE's initial plan."""
     rollouts: int = 5
@@ -62,6 +69,8 @@ class AgentConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}: expected a positive int, got {v!r}")
+        if self.reflect_on is not None and self.reflect_on not in REFLECT_ON:
+            raise ValueError(f"reflect_on: expected one of {REFLECT_ON}, got {self.reflect_on!r}")
         if self.reflections_kept < 0 or self.max_thinks < 0:
             raise ValueError("reflections_kept / max_thinks: expected >= 0")
         if not (self.rollout_temperature >= 0.0):
