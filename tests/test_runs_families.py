@@ -36,6 +36,18 @@ def test_sim_ablation_runs_resume_and_keep_their_files(tmp_path):
                AblationOptions(configs=("all",), runs=1), agent_config=ac, executor=ExecutorConfig(executor="inline", progress=False))
 
 
+def test_sim_ablation_names_the_scenarios_own_agent_count(tmp_path):
+    """agents=None plays the scenario's own agents; the report names how many (it said "None")."""
+    from metacog_fast.sim.runner import load_scenario
+
+    doc = ablate(RunOptions(scenario="zombie", agents=None, steps=1, judge=False), str(tmp_path), None, None,
+                 AblationOptions(configs=("none",), runs=1), agent_config=AgentConfig(progress_every=1),
+                 log=lambda _: None, executor=ExecutorConfig(executor="inline", progress=False))
+    n = len(load_scenario("zombie").agents)
+    assert doc["agents"] == n and doc["runs_detail"]["none"][0]["agents"] == n
+    assert f"# Ablation: zombie ({n} agents, 1 steps" in (tmp_path / "ablation.md").read_text()
+
+
 def test_metaworld_agents_as_tasks_match_direct_runs_and_resume(tmp_path):
     pytest.importorskip("metaworld")
     from dataclasses import replace

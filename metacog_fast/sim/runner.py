@@ -286,7 +286,8 @@ def ablate(opts: RunOptions, out_dir: str, llm: SimLLM | None, encoder: TextEnco
     results: dict[str, list[dict[str, Any]]] = {name: [folder.read(summary_key(name, r)) for r in range(runs)]
                                                 for name in configs}
     table = {name: aggregate(rs) for name, rs in results.items()}
-    doc = {"scenario": opts.scenario, "agents": opts.agents, "steps": opts.steps, "runs": runs,
+    n_agents = opts.agents if opts.agents is not None else results[configs[0]][0]["agents"]  # the scenario's own
+    doc = {"scenario": opts.scenario, "agents": n_agents, "steps": opts.steps, "runs": runs,
            "configs": {n: CONFIGS[n].label() for n in configs}, "table": table, "runs_detail": results}
     _write_ablation(out_dir, doc)
     return doc
