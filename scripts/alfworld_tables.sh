@@ -11,7 +11,8 @@
 #     --decode-only-pick, the same actions for a fraction of the decoding);
 #   beyond the paper, reflexion-onfail and reflexion+sl-onfail: the same two agents reflecting only
 #   after a failed episode (--reflect-on failure, Reflexion's original trials), since reflections
-#   written after wins cost the fine-tuned actor games it had won (not in the default AGENTS);
+#   written after wins cost the fine-tuned actor games it had won, and muse-onfail, MUSE doing the
+#   same (not in the default AGENTS);
 #   the report (Wilson intervals, AUROC2 with its interval and distinct positive episodes, costs).
 # Every run resumes where it stopped (rerun after a kill). Every 15 minutes and after each run its
 # config and episode records are packed into results/alfworld/run3/records/<run>.tar.gz (commit them); a rerun on a fresh
@@ -56,6 +57,7 @@ for a in $AGENTS; do
     reflexion+sl) extra=(--agent reflexion --reflector "$DPO" --label reflexion+sl) ;;
     reflexion-onfail) extra=(--agent reflexion --reflector "$BASE" --reflect-on failure --label $a) ;;
     reflexion+sl-onfail) extra=(--agent reflexion --reflector "$DPO" --reflect-on failure --label $a) ;;
+    muse-onfail) extra=(--agent muse --reflector "$DPO" --scorer $O/pretrain/scorer --reflect-on failure --label $a) ;;
     muse-random) extra=(--agent $a --reflector "$DPO" --scorer $O/pretrain/scorer --decode-only-pick) ;;
     muse*) extra=(--agent $a --reflector "$DPO" --scorer $O/pretrain/scorer) ;;
     *) echo "unknown agent $a" >&2; exit 2 ;;
@@ -70,7 +72,7 @@ for a in $AGENTS; do
   [ $rc = 0 ] || exit $rc
 done
 # the report covers every agent with committed records, not only those of this call
-for a in react reflexion reflexion+sl fcrf muse muse-lowest muse-random reflexion-onfail reflexion+sl-onfail; do
+for a in react reflexion reflexion+sl fcrf muse muse-lowest muse-random reflexion-onfail reflexion+sl-onfail muse-onfail; do
   restore $a
 done
 $M report alfworld $O --out results/alfworld/run3 >> $O/report.log 2>&1

@@ -9,6 +9,7 @@
 #   6. ALFWorld MUSE-lowest (~10 h)
 #   alfworld-onfail (not in the default STEPS): Reflexion and Reflexion + SL reflecting only after
 #     failures (~40 min each)
+#   alfworld-muse-onfail (not in the default STEPS): MUSE reflecting only after failures (~10 h)
 # A step that fails is logged and the queue goes on to the next; a rerun (after a kill or in a new
 # session) skips nothing by itself: every script resumes from its committed records and plays only
 # what is missing, so a finished step costs only its check. The records each script packs under
@@ -28,6 +29,7 @@ for step in $STEPS; do
     scienceworld) bash scripts/scienceworld_tables.sh > runs/scienceworld3/tables.out 2>&1 ;;
     alfworld-random) AGENTS=muse-random bash scripts/alfworld_tables.sh >> runs/alfworld3/tables.out 2>&1 ;;
     alfworld-onfail) AGENTS="reflexion-onfail reflexion+sl-onfail" bash scripts/alfworld_tables.sh >> runs/alfworld3/tables.out 2>&1 ;;
+    alfworld-muse-onfail) AGENTS=muse-onfail bash scripts/alfworld_tables.sh >> runs/alfworld3/tables.out 2>&1 ;;
     alfworld-lowest) AGENTS=muse-lowest bash scripts/alfworld_tables.sh >> runs/alfworld3/tables.out 2>&1 ;;
     *) echo "[queue] unknown step $step" >&2; false ;;
   esac

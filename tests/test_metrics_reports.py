@@ -337,3 +337,37 @@ def test_metaworld_refresh_report_from_results_json(tmp_path):
     assert (tmp_path / "success_rates.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="out_dir"):
         refresh_report(tmp_path / "missing")
+
+
+def test_alfworld_report_tests_the_claims_among_failure_only_reflectors(tmp_path):
+    """Runs labelled ``<agent>-onfail`` (``--reflect-on failure``) get the paper's orderings tested
+    among themselves; a report without such a run has no such table."""
+    from metacog_fast.agents.alfworld.report import report
+
+    def run(label: str, agent: str, wins: list[bool]) -> None:
+        d = tmp_path / label
+        (d / "episodes").mkdir(parents=True)
+        games = [{"game": f"game{g:02d}", "task_type": TYPES[g % 2]} for g in range(len(wins))]
+        (d / "config.json").write_text(json.dumps(
+            {"games": games, "config": {"agent": agent, "label": label, "adapt_episodes": 0, "test_episodes": 1}}))
+        for g, won in enumerate(wins):
+            (d / "episodes" / f"game{g:02d}").mkdir()
+            rec = _alf_record(agent, f"game{g:02d}", TYPES[g % 2], won, None)
+            rec["episode"] = 0
+            (d / "episodes" / f"game{g:02d}" / "test_0.json").write_text(json.dumps(rec))
+
+    run("react", "react", [g % 3 == 0 for g in range(24)])
+    res = report(tmp_path)
+    assert "claims_onfail" not in res and "reflecting only after failures" not in (tmp_path / "tables.md").read_text()
+    run("reflexion-onfail", "reflexion", [True] * 24)
+    res = report(tmp_path)
+    claims = {c["claim"]: c for c in res["claims_onfail"]}
+    assert set(claims) == {"muse-onfail >> reflexion-onfail > react",
+                           "muse-onfail > reflexion+sl-onfail > reflexion-onfail"}
+    first = claims["muse-onfail >> reflexion-onfail > react"]
+    assert first["verdict"] == "missing"
+    part = first["parts"][1]
+    assert (part["a"], part["b"], part["verdict"]) == ("reflexion-onfail", "react", "holds")
+    assert part["diff"] == pytest.approx(16 / 24)
+    md = (tmp_path / "tables.md").read_text()
+    assert "## The same claims among agents reflecting only after failures" in md

@@ -240,12 +240,14 @@ def report(root: str | Path, out: str | Path | None = None) -> dict[str, Any]:
     per_game = {a: agents[a]["per_game_success"] for a in order if "per_game_success" in agents[a]}
     res: dict[str, Any] = {"agents": agents, "comparisons": pairwise_comparisons(per_game, "per-game success rate"),
                            "claims": evaluate_claims(per_game, PAPER_CLAIMS)}
+    if any(a.endswith(ONFAIL_SUFFIX) for a in per_game):
+        res["claims_onfail"] = evaluate_claims(per_game, ONFAIL_CLAIMS)
     rates = {a: {"all": agents[a]["success"], **{t: v["success"] for t, v in agents[a].get("per_type", {}).items()}}
              for a in order if "success" in agents[a]}
     if rates:
         res["success_plot"] = str(plot_rates_with_intervals(
             rates, out_dir / "success_rates.png", title="Success rate per task type (Wilson 95 % interval)"))
-    tables = render_tables(agents, res["comparisons"], res["claims"])
+    tables = render_tables(agents, res["comparisons"], res["claims"], res.get("claims_onfail"))
     write_json_atomic(out_dir / "report.json", res)
     with atomic_open(out_dir / "tables.md") as f:
         f.write(tables)
@@ -262,6 +264,14 @@ PAPER_CLAIMS = (
 )
 """The orderings of paper 000's Table 3 (MUSE 84/90 %, MUSE-random 68/69 %, Reflexion with supervised
 learning 62/65 %, MUSE-lowest 59/61 %, Reflexion 45/51 %, ReAct 35 %), as report row labels."""
+
+ONFAIL_SUFFIX = "-onfail"
+ONFAIL_CLAIMS = (
+    "muse-onfail >> reflexion-onfail > react",
+    "muse-onfail > reflexion+sl-onfail > reflexion-onfail",
+)
+"""The same orderings among the agents that reflect only after a failed episode (``--reflect-on
+failure``; ``<agent>-onfail`` labels), beyond the paper: tested when any such agent is in the report."""
 
 
 def run_label(config: dict[str, Any], taken: dict[str, Any]) -> str:
@@ -319,7 +329,8 @@ def _auroc(x: dict[str, Any] | None) -> str:
 
 
 def render_tables(agents: dict[str, dict[str, Any]], comparisons: list[dict[str, Any]] | None = None,
-                  claims: list[dict[str, Any]] | None = None) -> str:
+                  claims: list[dict[str, Any]] | None = None,
+                  claims_onfail: list[dict[str, Any]] | None = None) -> str:
     """Markdown in the form of the paper's Tables 2-5, per-type tables and costs (one row per run:
     the paper's agents in their order, then any further runs of an agent under their labels), with
     Wilson intervals on success rates, AUROC2 intervals with episode counts, and the paired
@@ -429,6 +440,9 @@ def render_tables(agents: dict[str, dict[str, Any]], comparisons: list[dict[str,
                      f"({100 * c['steps_not_first_sample'] / n:.0f}%) |")
     if claims:
         L += claims_markdown(claims, "The paper's claims, tested as stated (per-game success)", "game")
+    if claims_onfail:
+        L += claims_markdown(claims_onfail, "The same claims among agents reflecting only after failures "
+                             "(beyond the paper; per-game success)", "game")
     if comparisons:
         L += comparisons_markdown(comparisons, "Paired comparisons: per-game success rate (percentage points)",
                                   "game", scale=100.0, nd=1)
