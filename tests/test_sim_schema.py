@@ -134,3 +134,13 @@ def test_fill_keeps_given_fields_and_adds_agents():
     assert sc.agents[0].location == "Cafe" and sc.agents[0].personality == "calm, caring"
     assert len(sc.agents) == 8 and len({a.name for a in sc.agents}) == 8
     assert load_scenario("zombie", n_agents=2).agents[1].name == "Ben"
+
+
+@pytest.mark.parametrize("name", ["zombie", "party", "mystery"])
+def test_ablation_seed_loads_the_scenario_with_its_own_agents(name):
+    """An ablation without --seed counts from the scenario's seed; the mystery's rules name its
+    detective and culprit, so loading it with one agent (what the ablation once did) failed."""
+    from metacog_fast.sim.runner import RunOptions, scenario_seed
+
+    assert scenario_seed(RunOptions(scenario=name)) == load_scenario(name).seed
+    assert scenario_seed(RunOptions(scenario=name, seed=7)) == 7

@@ -242,6 +242,15 @@ def play_ablation_run(payload: dict[str, Any], done: Mapping[str, Any], workdir:
     yield Record(summary_key(name, r), s)
 
 
+def scenario_seed(opts: RunOptions) -> int:
+    """The seed the runs of an ablation count from: ``opts.seed``, else the scenario file's own. The
+    scenario is loaded with the run's agent count, since a scenario's rules may name its agents (the
+    mystery's detective and culprit)."""
+    if opts.seed is not None:
+        return opts.seed
+    return load_scenario(opts.scenario, opts.world, n_agents=opts.agents).seed
+
+
 def ablate(opts: RunOptions, out_dir: str, llm: SimLLM | None, encoder: TextEncoder | None,
            ablation: AblationOptions | None = None, agent_config: AgentConfig | None = None,
            log: Any = print, executor: ExecutorConfig | None = None, llm_uri: str | None = None,
@@ -264,7 +273,7 @@ def ablate(opts: RunOptions, out_dir: str, llm: SimLLM | None, encoder: TextEnco
             raise ValueError(f"llm: LLM objects run in this process only; pass llm=None, encoder=None and "
                              f"llm_uri to run on executor {ex.executor!r}")
         ex = replace(ex, executor="inline")
-    base_seed = opts.seed if opts.seed is not None else load_scenario(opts.scenario, opts.world, n_agents=1).seed
+    base_seed = scenario_seed(opts)
     from metacog_fast.llm.models import models_identity
 
     roles = {"llm": llm_uri} if judge_uri is None else {"llm": llm_uri, "judge": judge_uri}
