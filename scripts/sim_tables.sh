@@ -3,7 +3,7 @@
 #   on each scenario (zombie, party, mystery; each with its own 5 agents), the module sets all,
 #   memory_only and no_metacognition, 20 steps, 5 seeds (0-4, paired across module sets), then the
 #   interviews and the LLM judge on each run. Report in results/sim/run3: per scenario
-#   ablation.md / ablation.json (survival, attendance, culprit named with Wilson intervals; judge
+#   ablation.md / ablation.json / ablation.png (survival, attendance, culprit named with Wilson intervals; judge
 #   scores, mean +- std over seeds, and paired comparisons with bootstrap intervals; LLM calls,
 #   tokens, seconds) and costs.md (LLM calls and step latency per scenario and module set).
 # The judge is $JUDGE_LLM (--judge-llm): empty (default) = the agents' own embedded
@@ -53,7 +53,7 @@ for s in $SCENARIOS; do
     --workers 2 --out $O/$s >> $O/$s.log 2>&1 || rc=$?
   pack $s
   [ $rc = 0 ] || exit $rc
-  mkdir -p $R/$s && cp $O/$s/ablation.json $O/$s/ablation.md $R/$s/
+  mkdir -p $R/$s && cp $O/$s/ablation.json $O/$s/ablation.md $O/$s/ablation.png $R/$s/
 done
 
 .venv/bin/python - "$O" "$R" "${JUDGE_LLM:-llama-cpp:// (embedded SmolLM2-135M-Instruct)}" <<'EOF'

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from metacog_fast.sim.evaluation import plot_ablation_statistics
 from metacog_fast.sim.runner import reaggregate
 
 RUNS = Path(__file__).resolve().parents[1] / "results" / "sim"
@@ -26,3 +27,20 @@ def test_reaggregated_ablation_has_intervals_and_paired_comparisons(tmp_path):
     assert set(stats["rates"]) == set(doc["table"])
     md = (out / "ablation.md").read_text()
     assert "Wilson" in md and "Paired comparisons: survival_rate" in md and "| all | no_metacognition |" in md
+    png = (out / "ablation.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_ablation_plot_draws_every_configuration_and_rejects_empty_statistics(tmp_path):
+    import matplotlib.image
+
+    rate = {"survival": {"rate": 0.5, "low": 0.3, "high": 0.7, "successes": 5, "n": 10, "runs": 2}}
+    score = {"judge_mean": {"mean": 6.0, "low": 5.0, "high": 7.0, "n": 2}}
+    one = plot_ablation_statistics({"rates": {"all": rate}, "scores": {"all": score}}, str(tmp_path / "one.png"))
+    two = plot_ablation_statistics({"rates": {"all": rate, "memory_only": rate},
+                                    "scores": {"all": score, "memory_only": score}}, str(tmp_path / "two.png"))
+    a, b = matplotlib.image.imread(one), matplotlib.image.imread(two)
+    assert a.shape == b.shape and (a != b).any()
+    assert list(tmp_path.glob("*.tmp*")) == []
+    with pytest.raises(ValueError, match="stats: expected 'rates'"):
+        plot_ablation_statistics({"rates": {}, "scores": {}}, str(tmp_path / "empty.png"))

@@ -219,3 +219,59 @@ def ablation_statistics_markdown(stats: dict[str, Any]) -> str:
         L += comparisons_markdown(rows, f"Paired comparisons: {key}{' (percentage points)' if pct else ''}", "seed",
                                   scale=100.0 if pct else 1.0, nd=1 if pct else 2)
     return "\n".join(L) + "\n"
+
+
+def plot_ablation_statistics(stats: dict[str, Any], path: str, title: str = "") -> str:
+    """ablation.png of :func:`ablation_statistics`: left, the scenario rates per configuration with
+    their Wilson intervals (in %); right, the judge's mean score (1-10) per configuration with its
+    bootstrap interval over seeds. Written atomically; returns ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from metacog_fast.metrics.plots import _save_atomic
+
+    rates, scores = stats.get("rates") or {}, stats.get("scores") or {}
+    if not rates:
+        raise ValueError("stats: expected 'rates' with at least one configuration, got none")
+    configs = list(rates)
+    kinds = list(dict.fromkeys(k for r in rates.values() for k in r))
+    fig = Figure(figsize=(9.0, 3.8))
+    ax_r, ax_s = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    width = 0.8 / len(configs)
+    x = np.arange(len(kinds))
+    for i, name in enumerate(configs):
+        vals = [rates[name].get(k) or {} for k in kinds]
+        ok = [v.get("rate") is not None for v in vals]
+        r = np.array([100 * v["rate"] if o else np.nan for v, o in zip(vals, ok)])
+        lo = np.array([100 * v["low"] if o else np.nan for v, o in zip(vals, ok)])
+        hi = np.array([100 * v["high"] if o else np.nan for v, o in zip(vals, ok)])
+        xs = x + (i - (len(configs) - 1) / 2) * width
+        ax_r.bar(xs, r, width, label=name)
+        ax_r.errorbar(xs, r, yerr=np.vstack([r - lo, hi - r]), fmt="none", ecolor="black", capsize=3, lw=1)
+    ax_r.set_xticks(x)
+    ax_r.set_xticklabels(kinds)
+    ax_r.set_ylim(0, 105)
+    ax_r.set_ylabel("% of agents (Wilson 95 %)")
+    ax_r.legend(fontsize=8)
+    judged = [n for n in configs if "judge_mean" in scores.get(n, {})]
+    if judged:
+        m = np.array([scores[n]["judge_mean"]["mean"] for n in judged])
+        lo = np.array([scores[n]["judge_mean"]["low"] for n in judged])
+        hi = np.array([scores[n]["judge_mean"]["high"] for n in judged])
+        ax_s.bar(np.arange(len(judged)), m, 0.6, color=[f"C{configs.index(n)}" for n in judged])
+        ax_s.errorbar(np.arange(len(judged)), m, yerr=np.vstack([m - lo, hi - m]), fmt="none", ecolor="black",
+                      capsize=3, lw=1)
+        ax_s.set_xticks(np.arange(len(judged)))
+        ax_s.set_xticklabels(judged, fontsize=8)
+        ax_s.set_ylim(1, 10)
+        ax_s.set_ylabel("judge score, mean of 5 criteria (95 % CI)")
+    else:
+        ax_s.text(0.5, 0.5, "no judge scores", ha="center", va="center", transform=ax_s.transAxes)
+        ax_s.set_axis_off()
+    if title:
+        fig.suptitle(title)
+    _save_atomic(fig, path)
+    return path

@@ -205,13 +205,17 @@ def reaggregate(out_dir: str, configs: tuple[str, ...] = DEFAULT_ABLATION) -> di
 
 def _write_ablation(out_dir: str, doc: dict[str, Any]) -> None:
     """ablation.json and ablation.md, both with the rates' Wilson intervals and every pair of
-    configurations compared, paired by seed (:func:`metacog_fast.sim.evaluation.ablation_statistics`)."""
-    from metacog_fast.sim.evaluation import ablation_statistics, ablation_statistics_markdown
+    configurations compared, paired by seed (:func:`metacog_fast.sim.evaluation.ablation_statistics`),
+    and ablation.png, the rates and judge scores with their intervals."""
+    from metacog_fast.sim.evaluation import (ablation_statistics, ablation_statistics_markdown,
+                                             plot_ablation_statistics)
 
     doc["statistics"] = ablation_statistics(doc["runs_detail"])
     write_json(os.path.join(out_dir, "ablation.json"), doc)
     with atomic_open(os.path.join(out_dir, "ablation.md"), "w") as f:
         f.write(markdown_table(doc) + ablation_statistics_markdown(doc["statistics"]))
+    plot_ablation_statistics(doc["statistics"], os.path.join(out_dir, "ablation.png"),
+                             f"{doc.get('scenario', '')}: {doc.get('runs', '?')} seeds x {doc.get('steps', '?')} steps")
 
 
 def summary_key(name: str, r: int) -> str:
