@@ -10,7 +10,7 @@ import pytest
 from metacog_fast.agents.generative import Action, AgentConfig, Features, GenerativeAgent, StepContext
 from metacog_fast.sim import load_scenario
 from metacog_fast.sim.engine import SimConfig, Simulation
-from metacog_fast.sim.evaluation import CRITERIA, culprit_named, judge
+from metacog_fast.sim.evaluation import CRITERIA, choose_without_position_bias, culprit_named, judge
 from metacog_fast.sim.llm_adapter import SimLLM
 
 
@@ -113,6 +113,41 @@ def test_culprit_metric():
            {"agent": "Victor", "answer_type": "agents", "answer": "Gus"},
            {"agent": "Gus", "answer_type": "text", "answer": "Victor"}]
     assert culprit_named(ans, "Victor") == {"asked": 2, "named_culprit": ["Iris"], "rate": 0.5}
+    ans[0]["probabilities"] = {"Victor": 0.7, "Gus": 0.2, "Kai": 0.1}
+    ans[1]["probabilities"] = {"Victor": 0.1, "Iris": 0.5, "Kai": 0.4}
+    m = culprit_named(ans, "Victor")
+    assert m["probability"] == pytest.approx(0.4) and m["chance"] == pytest.approx(1 / 3)
+
+
+class _FirstLetterLLM:
+    """Content-blind: prefers the first letter, whatever it names (a pure position bias)."""
+
+    def choice(self, prompt, options, purpose):
+        from metacog_fast.llm.types import Choice
+
+        return Choice(0, [-0.1 - 2.0 * i for i in range(len(options))])
+
+
+def test_a_pure_position_bias_names_nobody():
+    """The mystery lists the murderer first: one fixed order credited every agent with naming him.
+    Averaged over every cyclic order, a letter preference is spread evenly over the people."""
+    ans, probs = choose_without_position_bias(_FirstLetterLLM(), "Who?", ["Victor", "Iris", "Gus", "Kai"], "Ada", "t")
+    assert ans is None and probs == pytest.approx({n: 0.25 for n in ("Victor", "Iris", "Gus", "Kai")}, abs=1e-6)
+    with pytest.raises(ValueError, match="people: expected at least one name"):
+        choose_without_position_bias(_FirstLetterLLM(), "Who?", [], "Ada", "t")
+
+
+def test_debiased_choice_with_the_real_model_does_not_depend_on_where_the_list_starts(llm):
+    prompt = ("A quiet evening in town. Someone is a murderer.\nIris remembers:\n- Victor was seen with a bloody "
+              "knife\n- Victor ran from the body\nInterviewer: Who do you suspect is the murderer?\nIris:")
+    people = ["Gus", "Victor", "Kai", "Tara"]
+    ans, probs = choose_without_position_bias(llm, prompt, people, "Iris", "interview")
+    ans2, probs2 = choose_without_position_bias(llm, prompt, people[2:] + people[:2], "Iris", "interview")
+    assert sum(probs.values()) == pytest.approx(1.0, abs=1e-5)
+    # llama.cpp's prompt cache moves logprobs a little between calls (up to ~0.006 in probability
+    # measured here); in one fixed order whoever is listed first gets ~0.8.
+    assert probs2 == pytest.approx(probs, abs=0.02)
+    assert ans == max(probs, key=probs.get) and ans2 == max(probs2, key=probs2.get)
 
 
 def test_ratings_are_complete_answers_and_use_the_whole_distribution():

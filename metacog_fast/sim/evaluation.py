@@ -47,11 +47,10 @@ def interview(sim: Any) -> list[dict[str, Any]]:
                 if sim.cfg.features.memory else []
             prompt = P.interview(a.head(sim.sc.description), a.name, q.question, mem)
             try:
+                probs: dict[str, float] | None = None
                 if q.answer == "agents":
                     others = [n for n in names if n != a.name]
-                    i = llm.choose(f"{prompt}\nPeople:\n{P.lettered(others)}\n{a.name} answers option",
-                                   P.letter_options(len(others)), "interview")
-                    ans: Any = others[i]
+                    ans, probs = choose_without_position_bias(llm, prompt, others, a.name, "interview")
                 elif q.answer == "scale":
                     ans = llm.rate(f"{prompt} On a scale of 1 to 10, my answer is", "interview")
                 elif q.answer == "yesno":
@@ -60,16 +59,52 @@ def interview(sim: Any) -> list[dict[str, Any]]:
                     ans = llm.text(prompt, "interview", max_tokens=sim.cfg.agent.answer_tokens)
             except BudgetExhausted:
                 ans = None
-            out.append({"agent": a.name, "question": q.question, "answer_type": q.answer, "answer": ans,
-                        "memories": mem})
+            rec = {"agent": a.name, "question": q.question, "answer_type": q.answer, "answer": ans, "memories": mem}
+            if probs is not None:
+                rec["probabilities"] = probs
+            out.append(rec)
     return out
 
 
+def choose_without_position_bias(llm: Any, prompt: str, people: list[str], name: str,
+                                 purpose: str) -> tuple[str | None, dict[str, float]]:
+    """Ask ``name`` to pick one of ``people`` [n] from a lettered list, once per cyclic order of the
+    list (n ``choose`` calls), and average each person's probability (softmax over the n letters)
+    over the n orders. A small model mostly answers the first letter; in a fixed order that letter
+    is always the same person (in the mystery, the murderer is listed first), so one order would
+    measure the letter, not the suspicion. Returns (the most probable person, or None on an exact
+    tie; {person: mean probability})."""
+    if not people:
+        raise ValueError("people: expected at least one name to choose from, got none")
+    n = len(people)
+    mean = [0.0] * n
+    for k in range(n):
+        order = list(range(k, n)) + list(range(k))
+        res = llm.choice(f"{prompt}\nPeople:\n{P.lettered([people[i] for i in order])}\n{name} answers option",
+                         P.letter_options(n), purpose)
+        top = max(res.logprobs)
+        w = [math.exp(x - top) for x in res.logprobs]
+        z = sum(w)
+        for pos, i in enumerate(order):
+            mean[i] += w[pos] / z / n
+    best = max(mean)
+    winners = [i for i, p in enumerate(mean) if p == best]
+    return (people[winners[0]] if len(winners) == 1 else None), {people[i]: round(mean[i], 6) for i in range(n)}
+
+
 def culprit_named(answers: list[dict[str, Any]], murderer: str) -> dict[str, Any]:
-    """Mystery metric: who named the murderer in the ``agents`` interview question."""
+    """Mystery metric: who named the murderer in the ``agents`` interview question (``rate``), and
+    the mean probability they gave the murderer (``probability``, where the answers carry
+    :func:`choose_without_position_bias`'s probabilities; ``chance`` is 1 / the number of people)."""
     named = [x for x in answers if x["answer_type"] == "agents" and x["agent"] != murderer]
     right = [x["agent"] for x in named if x["answer"] == murderer]
-    return {"asked": len(named), "named_culprit": right, "rate": len(right) / len(named) if named else 0.0}
+    out: dict[str, Any] = {"asked": len(named), "named_culprit": right,
+                           "rate": len(right) / len(named) if named else 0.0}
+    probs = [x["probabilities"] for x in named if x.get("probabilities")]
+    if probs:
+        out["probability"] = round(sum(p.get(murderer, 0.0) for p in probs) / len(probs), 6)
+        out["chance"] = round(sum(1 / len(p) for p in probs) / len(probs), 6)
+    return out
 
 
 def transcript(run: dict[str, Any], answers: list[dict[str, Any]], max_lines: int = 6) -> str:
@@ -119,7 +154,8 @@ def expected_rating(logprobs: list[float]) -> float:
     return round(sum((i + 1) * wi for i, wi in enumerate(w)) / sum(w), 4)
 
 
-ABLATION_PER_RUN = ("survival_rate", "attendance_rate", "culprit_rate", "judge_mean", "judge_expected")
+ABLATION_PER_RUN = ("survival_rate", "attendance_rate", "culprit_rate", "culprit_probability", "judge_mean",
+                    "judge_expected")
 """Per-run values compared between configurations, paired by seed."""
 
 JUDGE_SCORES = ("judge_mean", "judge_expected")
@@ -129,18 +165,23 @@ the five expected ratings under the judge's distribution over the ten answers.""
 
 def _rate_counts(m: dict[str, Any]) -> dict[str, tuple[int, int]]:
     """metric -> (successes, trials) of one run's metrics: survivors / agents, guests who attended /
-    guests, agents who named the murderer / agents asked."""
+    guests, agents who named the murderer / agents asked, runs where the detective accused the
+    murderer during the run / runs."""
     out = {"survival": (int(m["alive"]), int(m["agents"]))}
     if "attendance_rate" in m:
         out["attendance"] = (len(m.get("attendance", [])), int(m["agents"]) - 1)
     if "culprit" in m:
         out["culprit"] = (len(m["culprit"]["named_culprit"]), int(m["culprit"]["asked"]))
+    if "detective_accused_culprit" in m:
+        out["detective_accused"] = (int(bool(m["detective_accused_culprit"])), 1)
     return out
 
 
 def _per_run_value(s: dict[str, Any], key: str) -> float | None:
     if key == "culprit_rate":
         return s["metrics"]["culprit"]["rate"] if "culprit" in s["metrics"] else None
+    if key == "culprit_probability":
+        return s["metrics"].get("culprit", {}).get("probability")
     if key in ("judge_mean", "judge_expected"):
         return s.get(key)
     return s["metrics"].get(key)
@@ -150,7 +191,8 @@ def ablation_statistics(results: dict[str, list[dict[str, Any]]]) -> dict[str, A
     """Intervals and paired comparisons of an ablation (docs/statistics.md).
 
     ``results``: config -> run summaries (``summary.json`` of each ``<config>_run<i>``, with
-    ``seed`` and ``metrics``). Returns ``rates``: config -> {survival / attendance / culprit: Wilson
+    ``seed`` and ``metrics``). Returns ``rates``: config -> {survival / attendance / culprit /
+    detective_accused: Wilson
     interval dict pooled over the config's runs (agents of one run are not independent, so read the
     interval as optimistic)}; ``scores``: config -> {judge_mean / judge_expected: mean over runs with
     its bootstrap interval over runs (seeds)}; ``comparisons``: metric -> every pair of configs,

@@ -319,6 +319,9 @@ def aggregate(rs: list[dict[str, Any]]) -> dict[str, Any]:
             out[key] = _ms([r["metrics"][key] for r in rs])
     if "culprit" in m0:
         out["culprit_rate"] = _ms([r["metrics"]["culprit"]["rate"] for r in rs])
+        probs = [r["metrics"]["culprit"]["probability"] for r in rs if "probability" in r["metrics"]["culprit"]]
+        if probs:
+            out["culprit_probability"] = _ms(probs)
     for c in CRITERIA:
         vals = [r["judge"].get(c) for r in rs if r["judge"].get(c) is not None]
         if vals:
