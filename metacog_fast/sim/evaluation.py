@@ -296,7 +296,7 @@ def plot_ablation_statistics(stats: dict[str, Any], path: str, title: str = "") 
     ax_r.set_xticks(x)
     ax_r.set_xticklabels(kinds)
     ax_r.set_ylim(0, 105)
-    ax_r.set_ylabel("% of agents (Wilson 95 %)")
+    ax_r.set_ylabel("% of agents (of runs for detective_accused), Wilson 95 %", fontsize=8)
     ax_r.legend(fontsize=8)
     judged = [n for n in configs if "judge_mean" in scores.get(n, {})]
     if judged:
