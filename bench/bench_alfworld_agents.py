@@ -36,11 +36,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from metacog_fast.agents.alfworld.agents import EpisodeContext
-from metacog_fast.agents.alfworld.config import AgentConfig
-from metacog_fast.agents.alfworld.fewshot import load_examples, strip_intro
-from metacog_fast.agents.alfworld.memory import ReflectionMemory
-from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT, make_agent, select_games
+from metacog_fast.alfworld.agents import EpisodeContext
+from metacog_fast.alfworld.config import AgentConfig
+from metacog_fast.alfworld.fewshot import load_examples, strip_intro
+from metacog_fast.alfworld.memory import ReflectionMemory
+from metacog_fast.alfworld.protocol import DEFAULT_FEWSHOT, make_agent, select_games
 
 STEPS = 6
 ROUNDS = 15

@@ -3,10 +3,10 @@
     bash bench/memory_locked.sh .venv/bin/python -m pytest bench/bench_dreamer_train.py \
         --benchmark-json=bench/results/dreamer_train.json
 
-Anchor: :class:`metacog_fast.models.dreamerv3_reference.ReferenceDreamer` (a plain re-implementation
+Anchor: :class:`metacog_fast.metaworld.models.dreamerv3_reference.ReferenceDreamer` (a plain re-implementation
 of NM512/dreamerv3-torch's update step, fp32 eager, its ``configs.yaml`` sizes for vector
 observations: RSSM deter = hidden = 512, 32 x 32 latents, encoder and decoder 5 x 1024, heads 2 x 512,
-255-bin two-hot reward and critic). Ours: :class:`metacog_fast.models.dreamer.Dreamer` at the same
+255-bin two-hot reward and critic). Ours: :class:`metacog_fast.metaworld.models.dreamer.Dreamer` at the same
 sizes (preset "S", ``obs_mlp_layers=5``, ``obs_mlp_units=1024``, ``E=1024``), Dreamer-v3 (SA loss off)
 in float32 and in bfloat16, and MUSE (SA loss on) in bfloat16; also ours on the readable RSSM
 functions (``*_naive_ops``: the fp32 one is the update as it was before this benchmark). Both sides: batch 16 x 64 rows,
@@ -30,9 +30,9 @@ from typing import Callable
 
 import torch
 
-import metacog_fast.models.dreamer as dreamer_module
-from metacog_fast.models.dreamer import Dreamer, DreamerConfig
-from metacog_fast.models.dreamerv3_reference import ReferenceConfig, ReferenceDreamer
+import metacog_fast.metaworld.models.dreamer as dreamer_module
+from metacog_fast.metaworld.models.dreamer import Dreamer, DreamerConfig
+from metacog_fast.metaworld.models.dreamerv3_reference import ReferenceConfig, ReferenceDreamer
 from metacog_fast.ops.rssm import naive
 
 B, T, O, A, H = 16, 64, 59, 4, 15

@@ -28,10 +28,10 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from metacog_fast.envs import alfworld_cache
-from metacog_fast.envs.alfworld_env import AlfWorldEnv, list_games, make_textworld_gym_env
-from metacog_fast.envs.metaworld_env import MetaWorldEnv, make_raw
-from metacog_fast.envs.scienceworld_env import ScienceWorldEnv, java_version
+from metacog_fast.alfworld import cache as alfworld_cache
+from metacog_fast.alfworld.env import AlfWorldEnv, list_games, make_textworld_gym_env
+from metacog_fast.metaworld.env import MetaWorldEnv, make_raw
+from metacog_fast.scienceworld.env import ScienceWorldEnv, java_version
 
 MW_TASK = "push-v3"
 MW_STEPS = 500

@@ -16,8 +16,8 @@ import pytest
 
 pytest.importorskip("trl")
 
-from metacog_fast.finetune import DataConfig, build_dataset, load_dataset  # noqa: E402
-from metacog_fast.finetune.sft import SFTConfig, build_rows, make_trainer, select_examples  # noqa: E402
+from metacog_fast.alfworld.finetune import DataConfig, build_dataset, load_dataset  # noqa: E402
+from metacog_fast.alfworld.finetune.sft import SFTConfig, build_rows, make_trainer, select_examples  # noqa: E402
 
 THREADS = 2
 STEPS = 3
@@ -74,7 +74,7 @@ def test_sft_tokens_per_second(benchmark, rows, tmp_path, name, opts):
 def exports(rows, tmp_path_factory):
     """Adapter and merged exports of a 2-step LoRA run (decode cost does not depend on training)."""
     from metacog_fast.finetune.export import ExportConfig, export_gguf
-    from metacog_fast.finetune.sft import train_sft
+    from metacog_fast.alfworld.finetune.sft import train_sft
 
     root = tmp_path_factory.mktemp("bench_export")
     data = root / "data"

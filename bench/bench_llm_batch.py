@@ -29,12 +29,12 @@ import time
 import numpy as np
 import pytest
 
-from metacog_fast.agents.generative import Features
+from metacog_fast.town.generative import Features
 from metacog_fast.llm import open_llm
 from metacog_fast.llm.models import default_gguf
-from metacog_fast.sim import load_scenario
-from metacog_fast.sim.engine import SimConfig, Simulation
-from metacog_fast.sim.llm_adapter import SimLLM
+from metacog_fast.town import load_scenario
+from metacog_fast.town.engine import SimConfig, Simulation
+from metacog_fast.town.llm_adapter import SimLLM
 
 THREADS = int(os.environ.get("METACOG_BENCH_LLM_THREADS", "1"))
 RESULTS = os.path.join(os.path.dirname(__file__), "results")

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import torch
 
-from metacog_fast.agents.muse_wm import ActConfig, MuseWMAgent
-from metacog_fast.models.dreamer import Dreamer, DreamerConfig
+from metacog_fast.metaworld.muse_wm import ActConfig, MuseWMAgent
+from metacog_fast.metaworld.models.dreamer import Dreamer, DreamerConfig
 from metacog_fast.ops.rssm import resolved_backend
 
 TARGET_DECISIONS_PER_S = 250.0
@@ -102,7 +102,7 @@ def test_training_update(benchmark, torch_threads):
 @pytest.mark.parametrize("driver", ["agent_muse", "scripted"])
 def test_env_steps(benchmark, torch_threads, driver):
     pytest.importorskip("metaworld")
-    from metacog_fast.train.rollout import agent_episode, make_metaworld, scripted_episode
+    from metacog_fast.metaworld.train.rollout import agent_episode, make_metaworld, scripted_episode
 
     torch_threads(1)
     env = make_metaworld("coffee-button-v3", 0, 50, novel=True)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from metacog_fast.agents.alfworld.config import AgentConfig, RunConfig
-from metacog_fast.agents.alfworld.protocol import episode_plan, load_records, run_protocol, select_games
+from metacog_fast.alfworld.config import AgentConfig, RunConfig
+from metacog_fast.alfworld.protocol import episode_plan, load_records, run_protocol, select_games
 from metacog_fast.runs import ExecutorConfig
 
 GAMES = 4

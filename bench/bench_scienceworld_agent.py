@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 
 pytest.importorskip("scienceworld")
-from metacog_fast.envs import scienceworld_env as swe  # noqa: E402
+from metacog_fast.scienceworld import env as swe  # noqa: E402
 
 if swe.java_version() is None:
     pytest.skip("Java is not installed", allow_module_level=True)
 
-from metacog_fast.agents.scienceworld.amm import AMM, EpisodicRecord, salience  # noqa: E402
-from metacog_fast.agents.scienceworld.grounding import Gate1, ValidSet  # noqa: E402
-from metacog_fast.agents.scienceworld.runner import collect_gold  # noqa: E402
-from metacog_fast.agents.scienceworld.stagnation import Step, stagnation_signals  # noqa: E402
-from metacog_fast.agents.scienceworld.swift import (  # noqa: E402
+from metacog_fast.scienceworld.amm import AMM, EpisodicRecord, salience  # noqa: E402
+from metacog_fast.scienceworld.grounding import Gate1, ValidSet  # noqa: E402
+from metacog_fast.scienceworld.runner import collect_gold  # noqa: E402
+from metacog_fast.scienceworld.stagnation import Step, stagnation_signals  # noqa: E402
+from metacog_fast.scienceworld.swift import (  # noqa: E402
     FeatureCache,
     RankerSwift,
     SwiftState,
@@ -26,7 +26,7 @@ from metacog_fast.agents.scienceworld.swift import (  # noqa: E402
     ranker_scores_reference,
     train_ranker,
 )
-from metacog_fast.agents.scienceworld.text import room_of  # noqa: E402
+from metacog_fast.scienceworld.text import room_of  # noqa: E402
 
 BUDGET_S = 0.005
 
@@ -100,7 +100,7 @@ def test_agent_step_time(benchmark, states, tmp_path):
 
 def test_llm_and_env_step_time(benchmark, states):
     """One Sage call (embedded SmolLM2) and one simulator step, for scale against the agent's own time."""
-    from metacog_fast.agents.scienceworld.sage import Sage
+    from metacog_fast.scienceworld.sage import Sage
     from metacog_fast.envs import make_env
     from metacog_fast.llm import open_llm
 

@@ -22,9 +22,9 @@ import os
 import numpy as np
 import pytest
 
-from metacog_fast.agents.generative import Features
-from metacog_fast.sim import load_scenario
-from metacog_fast.sim.engine import SimConfig, Simulation
+from metacog_fast.town.generative import Features
+from metacog_fast.town import load_scenario
+from metacog_fast.town.engine import SimConfig, Simulation
 
 N_AGENTS = 25
 WARMUP = 3
@@ -93,7 +93,7 @@ def test_step_outside_llm(benchmark, tmp_path, torch_threads):
 def test_step_llm_time(benchmark, tmp_path, torch_threads):
     pytest.importorskip("llama_cpp")
     from metacog_fast.llm import open_llm
-    from metacog_fast.sim.llm_adapter import SimLLM
+    from metacog_fast.town.llm_adapter import SimLLM
 
     torch_threads(2)
     llm = SimLLM(open_llm(n_threads=2))

@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from metacog_fast.models.dreamer import Dreamer, DreamerConfig
+from metacog_fast.metaworld.models.dreamer import Dreamer, DreamerConfig
 from metacog_fast._atomic import atomic_write_bytes
 
 B, T, O, A, UPDATES = 8, 32, 59, 4, 80

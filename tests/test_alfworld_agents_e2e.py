@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from metacog_fast.agents.alfworld.config import AgentConfig, RunConfig
-from metacog_fast.agents.alfworld.protocol import (DEFAULT_FEWSHOT, expert_examples, load_records, record_path,
+from metacog_fast.alfworld.config import AgentConfig, RunConfig
+from metacog_fast.alfworld.protocol import (DEFAULT_FEWSHOT, expert_examples, load_records, record_path,
                                                    run_protocol, select_games)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,7 +61,7 @@ def test_protocol_two_games_resume_after_kill(tmp_path):
     with pytest.raises(ValueError, match="different configuration"):
         run_protocol(out, RunConfig(agent="react", tasks=2, adapt_episodes=0, test_episodes=2,
                                     agent_config=AgentConfig(max_steps=2, examples=1)))
-    from metacog_fast.agents.alfworld.report import report
+    from metacog_fast.alfworld.report import report
 
     rep = report(out)["agents"]["react"]
     assert rep["episodes"] == 2 and rep["success_rate"] == 0.0 and rep["mean_steps_charged"] == 100.0
@@ -104,10 +104,10 @@ def test_muse_rollouts_scored_and_adapted(tmp_path, scorer_dir):
 
 
 def test_reflexion_and_fcrf_reflections(tmp_path):
-    from metacog_fast.agents.alfworld.agents import EpisodeContext
-    from metacog_fast.agents.alfworld.fewshot import load_examples
-    from metacog_fast.agents.alfworld.memory import ReflectionMemory
-    from metacog_fast.agents.alfworld.protocol import make_agent
+    from metacog_fast.alfworld.agents import EpisodeContext
+    from metacog_fast.alfworld.fewshot import load_examples
+    from metacog_fast.alfworld.memory import ReflectionMemory
+    from metacog_fast.alfworld.protocol import make_agent
     from metacog_fast.llm import open_llm
     from metacog_fast.scoring import MiniLMEncoder
 

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from metacog_fast.agents.alfworld.actions import ActionMapper, clean_action, is_think, parse_rollout
-from metacog_fast.agents.alfworld.config import AgentConfig, RunConfig
-from metacog_fast.agents.alfworld.fcrf import INITIAL_LESSONS, LessonPool, deep_reflection, difficulty
-from metacog_fast.agents.alfworld.fewshot import (TASK_TYPES, format_plan, load_examples, plan_from_walkthrough,
+from metacog_fast.alfworld.actions import ActionMapper, clean_action, is_think, parse_rollout
+from metacog_fast.alfworld.config import AgentConfig, RunConfig
+from metacog_fast.alfworld.fcrf import INITIAL_LESSONS, LessonPool, deep_reflection, difficulty
+from metacog_fast.alfworld.fewshot import (TASK_TYPES, format_plan, load_examples, plan_from_walkthrough,
                                                   think_before)
-from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT, chunk_examples, select_games
+from metacog_fast.alfworld.protocol import DEFAULT_FEWSHOT, chunk_examples, select_games
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,7 @@ def test_lesson_pool_grows_without_duplicates():
 
 
 def test_reflection_memory_keeps_last_n(tmp_path, encoder):
-    from metacog_fast.agents.alfworld.memory import ReflectionMemory
+    from metacog_fast.alfworld.memory import ReflectionMemory
 
     mem = ReflectionMemory(tmp_path / "m.db", encoder)
     for e in range(5):
@@ -145,7 +145,7 @@ def test_config_validation():
 def test_run_cli_arguments_reach_the_config():
     import argparse
 
-    from metacog_fast.cli.alfworld import add_run_arguments, run_config
+    from metacog_fast.alfworld.cli import add_run_arguments, run_config
 
     p = argparse.ArgumentParser()
     add_run_arguments(p)
@@ -173,7 +173,7 @@ def test_chunk_examples_labels():
 
 
 def test_report_keeps_two_runs_of_one_agent():
-    from metacog_fast.agents.alfworld.report import render_tables, run_label
+    from metacog_fast.alfworld.report import render_tables, run_label
 
     taken: dict = {}
     for adapt in (0, 2):

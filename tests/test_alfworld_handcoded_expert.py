@@ -12,9 +12,9 @@ import pytest
 pytest.importorskip("alfworld")
 
 from metacog_fast.envs import make_env  # noqa: E402
-from metacog_fast.envs.alfworld_expert import task_params_of  # noqa: E402
-from metacog_fast.finetune import DataConfig, actor_transcript, build_dataset, load_dataset  # noqa: E402
-from metacog_fast.finetune.data import select_walkthrough_games  # noqa: E402
+from metacog_fast.alfworld.expert import task_params_of  # noqa: E402
+from metacog_fast.alfworld.finetune import DataConfig, actor_transcript, build_dataset, load_dataset  # noqa: E402
+from metacog_fast.alfworld.finetune.data import select_walkthrough_games  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def test_handcoded_dataset_holds_the_expert_transcripts(tmp_path):
 
 
 def _game_path(rec) -> str:
-    from metacog_fast.envs.alfworld_env import find_split_dir
+    from metacog_fast.alfworld.env import find_split_dir
 
     return str(find_split_dir("train") / rec["gamefile"])
 
@@ -116,7 +116,7 @@ def _game_path(rec) -> str:
 def test_two_object_expert_places_the_second_object():
     """The expert's tracking knows "put"; these games say "move". Without the translation it kept the
     placed book in its inventory and tried to place it again (this game was lost)."""
-    from metacog_fast.agents.alfworld.protocol import select_games
+    from metacog_fast.alfworld.protocol import select_games
 
     g = next(x for x in select_games("valid_train", 60) if x["game"].startswith("pick_two_obj_and_place-Book-None-Desk-309"))
     e = make_env("alfworld", split="valid_train", max_episode_steps=50, handcoded_expert=True)
@@ -134,8 +134,8 @@ def test_dagger_episode_trains_only_on_the_experts_commands(tmp_path):
     cover exactly those commands' tokens."""
     pytest.importorskip("llama_cpp")
     pytest.importorskip("transformers")
-    from metacog_fast.finetune.dagger import DaggerConfig, collect_dagger
-    from metacog_fast.finetune.sft import SFTConfig, build_rows
+    from metacog_fast.alfworld.finetune.dagger import DaggerConfig, collect_dagger
+    from metacog_fast.alfworld.finetune.sft import SFTConfig, build_rows
     from metacog_fast.finetune.base import load_tokenizer
 
     recs = {}
@@ -177,7 +177,7 @@ def test_dagger_resume_rebuilds_an_unpacked_collections_dataset(tmp_path, monkey
     pytest.importorskip("llama_cpp")
     import metacog_fast.llm as llm_mod
     from metacog_fast.cli.main import main
-    from metacog_fast.finetune.dagger import DaggerConfig, collect_dagger, folder_config
+    from metacog_fast.alfworld.finetune.dagger import DaggerConfig, collect_dagger, folder_config
 
     out = tmp_path / "c"
     m = collect_dagger(out, DaggerConfig(max_games=1, beta=1.0, max_steps=4, skip_games=3))

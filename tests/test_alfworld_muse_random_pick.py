@@ -7,13 +7,13 @@ import argparse
 
 import pytest
 
-from metacog_fast.agents.alfworld import prompts
-from metacog_fast.agents.alfworld.actions import ActionMapper
-from metacog_fast.agents.alfworld.agents import EpisodeContext, MuseAgent
-from metacog_fast.agents.alfworld.config import AgentConfig, RunConfig
-from metacog_fast.agents.alfworld.fewshot import load_examples
-from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT
-from metacog_fast.agents.alfworld.report import selection_counts
+from metacog_fast.alfworld import prompts
+from metacog_fast.alfworld.actions import ActionMapper
+from metacog_fast.alfworld.agents import EpisodeContext, MuseAgent
+from metacog_fast.alfworld.config import AgentConfig, RunConfig
+from metacog_fast.alfworld.fewshot import load_examples
+from metacog_fast.alfworld.protocol import DEFAULT_FEWSHOT
+from metacog_fast.alfworld.report import selection_counts
 
 INTRO = ("You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a countertop 1, "
          "a countertop 2, a diningtable 1, a fridge 1, a garbagecan 1, a microwave 1, a sinkbasin 1, and a "
@@ -94,7 +94,7 @@ def test_decode_only_pick_is_refused_where_the_pick_needs_the_rollouts(scorer):
 
 
 def test_decode_only_pick_flag():
-    from metacog_fast.cli.alfworld import add_run_arguments, run_config
+    from metacog_fast.alfworld.cli import add_run_arguments, run_config
 
     p = argparse.ArgumentParser()
     add_run_arguments(p)

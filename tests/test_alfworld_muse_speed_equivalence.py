@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from metacog_fast.agents.alfworld.actions import ActionMapper
-from metacog_fast.agents.alfworld.agents import EpisodeContext, MuseAgent
-from metacog_fast.agents.alfworld.config import AgentConfig
-from metacog_fast.agents.alfworld.fewshot import load_examples
-from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT
+from metacog_fast.alfworld.actions import ActionMapper
+from metacog_fast.alfworld.agents import EpisodeContext, MuseAgent
+from metacog_fast.alfworld.config import AgentConfig
+from metacog_fast.alfworld.fewshot import load_examples
+from metacog_fast.alfworld.protocol import DEFAULT_FEWSHOT
 
 SCORE_TOL = 1e-3
 

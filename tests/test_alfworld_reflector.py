@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from metacog_fast.agents.alfworld.config import AgentConfig, RunConfig
+from metacog_fast.alfworld.config import AgentConfig, RunConfig
 from metacog_fast.runs.folder import config_differences
 
 TINY = dict(examples=1, max_steps=2, action_max_tokens=12, max_thinks=1, reflection_max_tokens=12,
@@ -30,7 +30,7 @@ def test_an_older_snapshot_without_the_new_fields_resumes():
 
 
 def test_a_run_label_names_the_row():
-    from metacog_fast.agents.alfworld.report import ordered, run_label
+    from metacog_fast.alfworld.report import ordered, run_label
 
     taken: dict = {}
     taken[run_label({"agent": "reflexion", "adapt_episodes": 2, "label": "reflexion+sl"}, taken)] = {}
@@ -41,10 +41,10 @@ def test_a_run_label_names_the_row():
 
 
 def test_reflections_come_from_the_reflector_and_count_in_the_record(tmp_path):
-    from metacog_fast.agents.alfworld.episode import run_episode
-    from metacog_fast.agents.alfworld.fewshot import load_examples
-    from metacog_fast.agents.alfworld.memory import ReflectionMemory
-    from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT, make_agent, select_games
+    from metacog_fast.alfworld.episode import run_episode
+    from metacog_fast.alfworld.fewshot import load_examples
+    from metacog_fast.alfworld.memory import ReflectionMemory
+    from metacog_fast.alfworld.protocol import DEFAULT_FEWSHOT, make_agent, select_games
     from metacog_fast.envs import make_env
     from metacog_fast.llm import open_llm
     from metacog_fast.scoring import MiniLMEncoder
@@ -85,10 +85,10 @@ def test_reflecting_only_after_failures(tmp_path):
     """reflect_on="failure": a failed episode is reflected on as always; a won one adds no
     reflection (FCRF still grows its lesson pool from the fail -> success pair), and the reflections
     already written stay. Bad values are refused by name; an older snapshot resumes."""
-    from metacog_fast.agents.alfworld.episode import run_episode
-    from metacog_fast.agents.alfworld.fewshot import load_examples
-    from metacog_fast.agents.alfworld.memory import ReflectionMemory
-    from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT, make_agent, select_games
+    from metacog_fast.alfworld.episode import run_episode
+    from metacog_fast.alfworld.fewshot import load_examples
+    from metacog_fast.alfworld.memory import ReflectionMemory
+    from metacog_fast.alfworld.protocol import DEFAULT_FEWSHOT, make_agent, select_games
     from metacog_fast.envs import make_env
     from metacog_fast.llm import open_llm
     from metacog_fast.scoring import MiniLMEncoder
@@ -133,7 +133,7 @@ def test_a_finetuned_actor_prompted_unlike_its_training_is_warned(tmp_path):
     default 2 warns and names the flag; one that matches does not; the base model has no setting."""
     import warnings
 
-    from metacog_fast.agents.alfworld.protocol import prepare_run
+    from metacog_fast.alfworld.protocol import prepare_run
     from metacog_fast.llm.models import trained_examples
 
     k = trained_examples("finetuned:alfworld")
@@ -154,8 +154,8 @@ def test_model_identity_follows_content_not_names_or_paths(tmp_path, monkeypatch
     collection that has games."""
     import shutil
 
-    from metacog_fast.agents.alfworld.protocol import prepare_run
-    from metacog_fast.finetune.reflections import claim_collection, claim_identity
+    from metacog_fast.alfworld.protocol import prepare_run
+    from metacog_fast.alfworld.finetune.reflections import claim_collection, claim_identity
     from metacog_fast.llm.models import default_gguf, model_identity, models_identity
 
     def folder(path, extra=b""):
@@ -203,7 +203,7 @@ def test_model_identity_follows_content_not_names_or_paths(tmp_path, monkeypatch
 def test_a_collection_grows_or_is_cut_short_but_keeps_its_configuration(tmp_path):
     """A reflection collection's game count is a prefix of one round-robin order: rerunning it with
     another count reopens the same folder (config.json keeps the latest count), any other field is refused."""
-    from metacog_fast.finetune.reflections import claim_collection, collection_games, ReflectionDataConfig
+    from metacog_fast.alfworld.finetune.reflections import claim_collection, collection_games, ReflectionDataConfig
 
     conf = {"split": "train", "games": 100, "skip_games": 1800, "reflections": 8}
     claim_collection(tmp_path / "c", conf, resizable=("games",))

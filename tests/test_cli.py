@@ -87,8 +87,8 @@ def test_contributed_commands_are_listed_but_not_imported():
     code = (
         "import sys; from metacog_fast.cli.main import build_parser; h = build_parser().format_help(); "
         "print(all(c in h for c in ('sim', 'train', 'adapt')), "
-        "any(m in sys.modules for m in ('metacog_fast.cli.sim', 'metacog_fast.cli.train', 'metacog_fast.sim.runner', "
-        "'metacog_fast.train.config', 'torch')))"
+        "any(m in sys.modules for m in ('metacog_fast.town.cli', 'metacog_fast.metaworld.cli', 'metacog_fast.town.runner', "
+        "'metacog_fast.metaworld.train.config', 'torch')))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -137,7 +137,7 @@ def test_demo_default_runs_every_agent_part_and_quick_only_the_environments():
 
 def test_demo_without_alfworld_games_skips_those_parts_and_says_how_to_get_them(tmp_path, monkeypatch):
     """A machine with no ALFWorld games: the demo runs what it can, names what it skipped, exits 0."""
-    from metacog_fast.envs import alfworld_env
+    from metacog_fast.alfworld import env as alfworld_env
 
     monkeypatch.delenv("ALFWORLD_DATA", raising=False)
     monkeypatch.setattr(alfworld_env, "_REPO_DATA", tmp_path / "no-repo-data")

@@ -44,15 +44,19 @@ def _all_paths() -> list[list[str]]:
 
 def _specs() -> dict[str, tuple[Flags, ...]]:
     """{command: the Flags it is built from} (imported here, as main imports them when chosen)."""
-    from metacog_fast.cli import alfworld, experience, scienceworld, sim, train
+    from metacog_fast.alfworld import cli as alfworld
+    from metacog_fast.experience import cli as experience
+    from metacog_fast.metaworld import cli as train
+    from metacog_fast.scienceworld import cli as scienceworld
+    from metacog_fast.town import cli as sim
     from metacog_fast.cli.executor import EXECUTOR_FLAGS, EXECUTOR_WORKERS_FLAGS
-    from metacog_fast.finetune.data import DataConfig
-    from metacog_fast.finetune.dpo import DPOTrainConfig
-    from metacog_fast.finetune.evaluate import EvalConfig
+    from metacog_fast.alfworld.finetune.data import DataConfig
+    from metacog_fast.alfworld.finetune.dpo import DPOTrainConfig
+    from metacog_fast.alfworld.finetune.evaluate import EvalConfig
     from metacog_fast.finetune.export import ExportConfig
-    from metacog_fast.finetune.reflections import ReflectionDataConfig
-    from metacog_fast.finetune.scorer import ScorerFitConfig
-    from metacog_fast.finetune.sft import SFTConfig
+    from metacog_fast.alfworld.finetune.reflections import ReflectionDataConfig
+    from metacog_fast.alfworld.finetune.scorer import ScorerFitConfig
+    from metacog_fast.alfworld.finetune.sft import SFTConfig
 
     return {
         "run alfworld": (alfworld.RUN_FLAGS, alfworld.AGENT_FLAGS, EXECUTOR_FLAGS),
@@ -159,7 +163,7 @@ def _words(spec: Flags, obj: Any) -> list[str]:
 
 def _built(command: str, a: argparse.Namespace) -> tuple[Any, ...]:
     """The configs a command builds from its namespace (as its ``func`` does)."""
-    from metacog_fast.cli import alfworld
+    from metacog_fast.alfworld import cli as alfworld
 
     specs = _specs()[command]
     if command == "run alfworld":
@@ -170,17 +174,17 @@ def _built(command: str, a: argparse.Namespace) -> tuple[Any, ...]:
 
 
 def test_a_parsed_command_line_round_trips_to_its_configs():
-    from metacog_fast.agents.alfworld.config import AgentConfig as AWAgent, PretrainConfig, RunConfig as AWRun
-    from metacog_fast.agents.experience.config import ExperienceConfig
-    from metacog_fast.agents.experience.protocols import ProtocolConfig
-    from metacog_fast.agents.generative import AgentConfig as GenAgent, Features
-    from metacog_fast.agents.scienceworld.runner import RunConfig as SWRun
-    from metacog_fast.finetune.sft import SFTConfig
+    from metacog_fast.alfworld.config import AgentConfig as AWAgent, PretrainConfig, RunConfig as AWRun
+    from metacog_fast.experience.config import ExperienceConfig
+    from metacog_fast.experience.protocols import ProtocolConfig
+    from metacog_fast.town.generative import AgentConfig as GenAgent, Features
+    from metacog_fast.scienceworld.runner import RunConfig as SWRun
+    from metacog_fast.alfworld.finetune.sft import SFTConfig
     from metacog_fast.runs.config import ExecutorConfig
-    from metacog_fast.sim.jobs import AblationOptions, SimLLMOptions
-    from metacog_fast.sim.runner import RunOptions
-    from metacog_fast.train.assess import AssessConfig
-    from metacog_fast.train.jobs import AdaptJob, TrainJob
+    from metacog_fast.town.jobs import AblationOptions, SimLLMOptions
+    from metacog_fast.town.runner import RunOptions
+    from metacog_fast.metaworld.train.assess import AssessConfig
+    from metacog_fast.metaworld.train.jobs import AdaptJob, TrainJob
 
     agent = AWAgent(max_steps=7, map_actions="choose", rollout_temperature=0.25, seed=3)
     cases: dict[str, tuple[Any, ...]] = {
@@ -218,11 +222,13 @@ def test_a_parsed_command_line_round_trips_to_its_configs():
 
 
 def test_defaults_on_the_command_line_are_the_dataclass_defaults():
-    from metacog_fast.agents.alfworld.config import AgentConfig, RunConfig
-    from metacog_fast.agents.experience.config import ExperienceConfig
-    from metacog_fast.agents.experience.protocols import ProtocolConfig
-    from metacog_fast.agents.scienceworld.runner import RunConfig as SWRun
-    from metacog_fast.cli import alfworld, experience, scienceworld
+    from metacog_fast.alfworld.config import AgentConfig, RunConfig
+    from metacog_fast.experience.config import ExperienceConfig
+    from metacog_fast.experience.protocols import ProtocolConfig
+    from metacog_fast.scienceworld.runner import RunConfig as SWRun
+    from metacog_fast.alfworld import cli as alfworld
+    from metacog_fast.experience import cli as experience
+    from metacog_fast.scienceworld import cli as scienceworld
 
     a = _leaf(["run", "alfworld"]).parse_args(["--agent", "react", "--out", "o"])
     assert alfworld.run_config(a) == RunConfig(agent="react", agent_config=AgentConfig())
@@ -235,7 +241,7 @@ def test_defaults_on_the_command_line_are_the_dataclass_defaults():
 
 # ----------------------------------------------------------------------------------- old spellings
 
-LEGACY_FLAGS = {  # every flag of every command before the move (and of ``python -m metacog_fast.train.cli assess``)
+LEGACY_FLAGS = {  # every flag of every command before the move (and of ``python -m metacog_fast.metaworld.train.cli assess``)
     "adapt metaworld": "--agent --backend --checkpoint --no-progress --out --profile --run-dir --seed --sr-z --threads",
     "finetune data": "--data --episode-runs --episode-splits --games-dir --max-games --out --split --workers",
     "finetune dpo": "--base --batch-size --beta --epochs --learning-rate --lora-alpha --lora-r --max-length "
@@ -267,7 +273,7 @@ LEGACY_FLAGS = {  # every flag of every command before the move (and of ``python
                   "--scenario --seed --step-budget --steps --world",
     "train metaworld": "--agent --backend --no-progress --out --profile --run-dir --seed --sr-z --threads",
     "train assess": "--backend --checkpoint --episodes-per-task --names --novel --out --roc --seed --tasks --threads",
-    "report scienceworld-swift": "--max-steps --out --tasks",  # was python -m metacog_fast.agents.scienceworld.swift_eval
+    "report scienceworld-swift": "--max-steps --out --tasks",  # was python -m metacog_fast.scienceworld.swift_eval
 }
 
 
@@ -279,18 +285,18 @@ def test_every_old_flag_spelling_still_exists():
 
 
 def test_the_background_finetune_pipeline_command_lines_parse_to_their_configs():
-    from metacog_fast.finetune.evaluate import EvalConfig
+    from metacog_fast.alfworld.finetune.evaluate import EvalConfig
     from metacog_fast.finetune.export import ExportConfig
-    from metacog_fast.finetune.reflections import ReflectionDataConfig
-    from metacog_fast.finetune.sft import SFTConfig
+    from metacog_fast.alfworld.finetune.reflections import ReflectionDataConfig
+    from metacog_fast.alfworld.finetune.sft import SFTConfig
 
     a = _leaf(["finetune", "sft"]).parse_args("--data-dir D --out O --epochs 2 --learning-rate 5e-4".split())
     assert (a.data_dir, a.out) == (["D"], "O")
     assert config_from_args(Flags(SFTConfig), a) == SFTConfig(epochs=2.0, learning_rate=5e-4)
     a = _leaf(["finetune", "sft"]).parse_args("--data-dir D1 D2 --out O".split())  # the union of two datasets
     assert a.data_dir == ["D1", "D2"]
-    from metacog_fast.finetune.dagger import DaggerConfig
-    from metacog_fast.finetune.evaluate import ExpertEvalConfig
+    from metacog_fast.alfworld.finetune.dagger import DaggerConfig
+    from metacog_fast.alfworld.finetune.evaluate import ExpertEvalConfig
 
     a = _leaf(["finetune", "dagger"]).parse_args("--out O --actor finetuned:alfworld-search --max-games 60 --beta 0.3".split())
     assert config_from_args(Flags(DaggerConfig), a) == DaggerConfig(actor="finetuned:alfworld-search", max_games=60, beta=0.3)
@@ -309,7 +315,11 @@ def test_the_background_finetune_pipeline_command_lines_parse_to_their_configs()
 
 
 def test_old_spellings_reach_the_same_fields():
-    from metacog_fast.cli import alfworld, experience, scienceworld, sim, train
+    from metacog_fast.alfworld import cli as alfworld
+    from metacog_fast.experience import cli as experience
+    from metacog_fast.metaworld import cli as train
+    from metacog_fast.scienceworld import cli as scienceworld
+    from metacog_fast.town import cli as sim
     from metacog_fast.cli.executor import EXECUTOR_WORKERS_FLAGS
 
     a = _leaf(["learn"]).parse_args(

@@ -12,8 +12,8 @@ pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
 
 from metacog_fast.envs import EnvSetupError, EpisodeFinishedError, make_env  # noqa: E402
-from metacog_fast.envs import alfworld_cache  # noqa: E402
-from metacog_fast.envs.alfworld_env import (  # noqa: E402
+from metacog_fast.alfworld import cache as alfworld_cache  # noqa: E402
+from metacog_fast.alfworld.env import (  # noqa: E402
     AlfWorldEnv,
     find_split_dir,
     list_games,

@@ -6,8 +6,9 @@ import pytest
 
 pytest.importorskip("metaworld")
 
-from metacog_fast.envs import MT10_TASKS, NOVEL_TASKS, EpisodeFinishedError, make_env  # noqa: E402
-from metacog_fast.envs.metaworld_env import STATE_DIM, MetaWorldEnv, all_task_names, make_raw  # noqa: E402
+from metacog_fast.envs import EpisodeFinishedError, make_env  # noqa: E402
+from metacog_fast.metaworld.env import MT10_TASKS, NOVEL_TASKS  # noqa: E402
+from metacog_fast.metaworld.env import STATE_DIM, MetaWorldEnv, all_task_names, make_raw  # noqa: E402
 
 
 def test_task_lists_are_real_metaworld_tasks():

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("scienceworld")
 
 from metacog_fast.envs import EnvSetupError, make_env  # noqa: E402
-from metacog_fast.envs import scienceworld_env as swe  # noqa: E402
+from metacog_fast.scienceworld import env as swe  # noqa: E402
 
 if swe.java_version() is None:
     pytest.skip("Java is not installed: " + swe.JAVA_HINT, allow_module_level=True)

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from metacog_fast.agents.experience import entries as en
-from metacog_fast.agents.experience import prompts as pr
-from metacog_fast.agents.experience import reflect as rf
-from metacog_fast.agents.experience.agent import PlanExecuteAgent
-from metacog_fast.agents.experience.config import ExperienceConfig
-from metacog_fast.agents.experience.memory import ExperienceMemory
-from metacog_fast.agents.experience.trajectory import Step, SubTask, SubTaskQueue, SubTaskResult
+from metacog_fast.experience import entries as en
+from metacog_fast.experience import prompts as pr
+from metacog_fast.experience import reflect as rf
+from metacog_fast.experience.agent import PlanExecuteAgent
+from metacog_fast.experience.config import ExperienceConfig
+from metacog_fast.experience.memory import ExperienceMemory
+from metacog_fast.experience.trajectory import Step, SubTask, SubTaskQueue, SubTaskResult
 
 GAME = 13  # valid_seen pick_and_place_simple-Book-None-SideTable-329
 
@@ -92,7 +92,7 @@ def test_parse_plan():
 
 
 def test_plan_lines_copied_from_the_prompt_are_not_a_plan(env):
-    from metacog_fast.agents.experience.agent import _copied
+    from metacog_fast.experience.agent import _copied
 
     prompt = "Household task: put a book in sofa.\nLessons: When the same command is repeated: vary it"
     assert _copied(SubTask("When the same command is repeated", "x"), prompt, "put a book in sofa.")
@@ -224,7 +224,7 @@ def test_distillation_after_task_writes_strategic_and_tool_memory(env):
 
 
 def test_continuous_learning_resume(tmp_path):
-    from metacog_fast.agents.experience import protocols as pt
+    from metacog_fast.experience import protocols as pt
 
     cfg = pt.ProtocolConfig(games=[str(GAME)], iterations=2, out=str(tmp_path / "run"))
     exp = ExperienceConfig(action_shortlist=0, subtask_as_command=False, episode_action_cap=3, subtask_action_cap=3, loop_breaking=False)
@@ -261,7 +261,7 @@ def test_one_episode_with_the_embedded_llm(env):
 
 
 def test_transfer_uses_frozen_memory_written_by_another_model(tmp_path):
-    from metacog_fast.agents.experience import protocols as pt
+    from metacog_fast.experience import protocols as pt
 
     mem = ExperienceMemory()
     mem.ensure_tools("alfworld")

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from metacog_fast.agents.experience import entries as en
-from metacog_fast.cli.experience import parse_games
+from metacog_fast.experience import entries as en
+from metacog_fast.experience.cli import parse_games
 from metacog_fast.cli.main import main
-from metacog_fast.agents.experience.memory import ExperienceMemory
+from metacog_fast.experience.memory import ExperienceMemory
 
 
 def _mem() -> ExperienceMemory:

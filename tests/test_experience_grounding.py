@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from metacog_fast.agents.experience import prompts as pr
-from metacog_fast.agents.experience.agent import PlanExecuteAgent
-from metacog_fast.agents.experience.config import ExperienceConfig
-from metacog_fast.agents.experience.embed import hashing_embedder
-from metacog_fast.agents.experience.grounding import LoopBreaker, subtask_commands
+from metacog_fast.experience import prompts as pr
+from metacog_fast.experience.agent import PlanExecuteAgent
+from metacog_fast.experience.config import ExperienceConfig
+from metacog_fast.experience.embed import hashing_embedder
+from metacog_fast.experience.grounding import LoopBreaker, subtask_commands
 
 GAME = 13  # valid_seen pick_and_place_simple-Book-None-SideTable-329: a book 1 and a book 2 lie on bed 1
 
@@ -152,7 +152,7 @@ def test_embed_grounding_maps_free_text_to_an_admissible_command(env):
 
 
 def agent_subtask():
-    from metacog_fast.agents.experience.trajectory import SubTask
+    from metacog_fast.experience.trajectory import SubTask
 
     return SubTask("x", "y")
 
@@ -207,8 +207,8 @@ def test_subtask_as_command_and_shortlist_restrict_the_options(env):
 
 @pytest.mark.parametrize("breaking", [True, False])
 def test_a_fetched_guide_is_not_offered_again_in_the_subtask(env, breaking):
-    from metacog_fast.agents.experience import entries as en
-    from metacog_fast.agents.experience.memory import ExperienceMemory
+    from metacog_fast.experience import entries as en
+    from metacog_fast.experience.memory import ExperienceMemory
 
     mem = ExperienceMemory(ExperienceConfig())
     mem.add_sop(en.SOP("alfworld", "find book", ["task type: pick_and_place_simple"], ["go to bed <n>"]))
@@ -235,8 +235,8 @@ def test_a_fetched_guide_is_not_offered_again_in_the_subtask(env, breaking):
 
 @pytest.mark.parametrize("show", [True, False])
 def test_hidden_strategic_memory_is_in_no_prompt_and_not_counted(env, show):
-    from metacog_fast.agents.experience import entries as en
-    from metacog_fast.agents.experience.memory import ExperienceMemory
+    from metacog_fast.experience import entries as en
+    from metacog_fast.experience.memory import ExperienceMemory
 
     mem = ExperienceMemory(ExperienceConfig())
     mem.add_strategic(en.StrategicEntry("a sub-task uses all its actions", "Check the goal before moving on."))

@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from metacog_fast.agents.experience import entries as en
-from metacog_fast.agents.experience import prompts as pr
-from metacog_fast.agents.experience import reflect as rf
-from metacog_fast.agents.experience.config import ExperienceConfig
-from metacog_fast.agents.experience.embed import hashing_embedder
-from metacog_fast.agents.experience.memory import ExperienceMemory, open_store
-from metacog_fast.agents.experience.trajectory import Step, SubTask, SubTaskResult
+from metacog_fast.experience import entries as en
+from metacog_fast.experience import prompts as pr
+from metacog_fast.experience import reflect as rf
+from metacog_fast.experience.config import ExperienceConfig
+from metacog_fast.experience.embed import hashing_embedder
+from metacog_fast.experience.memory import ExperienceMemory, open_store
+from metacog_fast.experience.trajectory import Step, SubTask, SubTaskResult
 
 
 def _success(desc: str, actions: list[tuple[str, str]]) -> SubTaskResult:

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from metacog_fast.agents.alfworld.actions import ActionMapper
-from metacog_fast.agents.alfworld.agents import EpisodeContext, ReActAgent
-from metacog_fast.agents.alfworld.config import AgentConfig
-from metacog_fast.agents.alfworld.fewshot import load_examples
-from metacog_fast.agents.alfworld.protocol import DEFAULT_FEWSHOT
-from metacog_fast.finetune import DataConfig, actor_transcript, build_dataset, load_dataset
-from metacog_fast.finetune.data import select_walkthrough_games
+from metacog_fast.alfworld.actions import ActionMapper
+from metacog_fast.alfworld.agents import EpisodeContext, ReActAgent
+from metacog_fast.alfworld.config import AgentConfig
+from metacog_fast.alfworld.fewshot import load_examples
+from metacog_fast.alfworld.protocol import DEFAULT_FEWSHOT
+from metacog_fast.alfworld.finetune import DataConfig, actor_transcript, build_dataset, load_dataset
+from metacog_fast.alfworld.finetune.data import select_walkthrough_games
 
 pytest.importorskip("trl")
-from metacog_fast.finetune.sft import SFTConfig, build_rows, check_checkpoint, select_examples, token_labels, train_sft  # noqa: E402
+from metacog_fast.alfworld.finetune.sft import SFTConfig, build_rows, check_checkpoint, select_examples, token_labels, train_sft  # noqa: E402
 
 TINY = dict(batch_size=2, micro_batch_size=2, save_steps=2, epochs=2.0, learning_rate=2e-3, max_examples=6)
 
@@ -151,7 +151,7 @@ def test_missing_dataset_and_unknown_base_are_clear_errors(tmp_path):
 
 _TRAIN = """
 import sys
-from metacog_fast.finetune.sft import SFTConfig, train_sft
+from metacog_fast.alfworld.finetune.sft import SFTConfig, train_sft
 train_sft(sys.argv[1], sys.argv[2], SFTConfig(**{tiny}), max_steps=6)
 """
 
@@ -355,7 +355,7 @@ def test_ship_model_records_the_adapters_own_evaluation(trained, tmp_path, monke
     an evaluation of another model, a merged export and a --paired file that does not exist."""
     import hashlib
 
-    from metacog_fast.finetune.evaluate import EvalConfig, evaluate
+    from metacog_fast.alfworld.finetune.evaluate import EvalConfig, evaluate
     from metacog_fast.finetune.export import ExportConfig, export_gguf
     from metacog_fast.llm.models import resolve_model_folder
 

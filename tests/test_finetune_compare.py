@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from metacog_fast.finetune.evaluate import compare
+from metacog_fast.alfworld.finetune.evaluate import compare
 
 
 def _eval(tmp_path, name, per_game):

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("trl")
 pytest.importorskip("alfworld")
 
-from metacog_fast.finetune.reflections import ReflectionDataConfig, collect, preference_pairs, quality  # noqa: E402
+from metacog_fast.alfworld.finetune.reflections import ReflectionDataConfig, collect, preference_pairs, quality  # noqa: E402
 
 # bf16 autocast rounds the reference's log-probs a little differently when they are computed before
 # training instead of inside each step, and the six steps then drift apart by rounding alone
@@ -64,7 +64,7 @@ def test_pairs_and_quality_from_records():
 
 
 def test_tiny_dpo_run_learns_the_preference_and_exports(collected, tmp_path, monkeypatch):
-    from metacog_fast.finetune.dpo import DPOTrainConfig, load_pairs, train_dpo
+    from metacog_fast.alfworld.finetune.dpo import DPOTrainConfig, load_pairs, train_dpo
     from metacog_fast.finetune.export import ExportConfig, export_gguf
     from metacog_fast.llm import open_llm
 
@@ -115,7 +115,7 @@ def test_tiny_dpo_run_learns_the_preference_and_exports(collected, tmp_path, mon
 
 
 def _collection(root, reflector, per_game, actor="finetuned:alfworld"):
-    from metacog_fast.agents.alfworld.store import write_json_atomic
+    from metacog_fast.alfworld.store import write_json_atomic
 
     (root / "games").mkdir(parents=True)
     write_json_atomic(root / "config.json", {"actor": actor, "reflector": reflector})
@@ -126,7 +126,7 @@ def _collection(root, reflector, per_game, actor="finetuned:alfworld"):
 
 
 def test_reflectors_are_compared_game_by_game(tmp_path):
-    from metacog_fast.finetune.reflections import compare_reflectors
+    from metacog_fast.alfworld.finetune.reflections import compare_reflectors
 
     a, b = tmp_path / "dpo", tmp_path / "base"
     _collection(a, "dpo", {"g1": [True, True], "g2": [True, False], "g3": [True, True], "g4": None, "g5": [False]})
@@ -148,7 +148,7 @@ def test_reflectors_are_compared_game_by_game(tmp_path):
 
 
 def test_skip_games_leaves_out_the_first_games():
-    from metacog_fast.finetune.reflections import collection_games
+    from metacog_fast.alfworld.finetune.reflections import collection_games
 
     first = collection_games(ReflectionDataConfig(games=12))
     rest = collection_games(ReflectionDataConfig(games=6, skip_games=12))

@@ -15,18 +15,18 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("scienceworld")
-from metacog_fast.envs import scienceworld_env as swe  # noqa: E402
+from metacog_fast.scienceworld import env as swe  # noqa: E402
 
 if swe.java_version() is None:
     pytest.skip("Java is not installed: " + swe.JAVA_HINT, allow_module_level=True)
 
-from metacog_fast.agents.scienceworld.runner import walk_gold  # noqa: E402
-from metacog_fast.agents.scienceworld.swift import (LLMSwift, RankerSwift, SwiftState, swift_option,  # noqa: E402
+from metacog_fast.scienceworld.runner import walk_gold  # noqa: E402
+from metacog_fast.scienceworld.swift import (LLMSwift, RankerSwift, SwiftState, swift_option,  # noqa: E402
                                                      train_ranker)
 from metacog_fast.cli.main import build_parser, main  # noqa: E402
 from metacog_fast.envs import make_env  # noqa: E402
-from metacog_fast.finetune.data import load_dataset  # noqa: E402
-from metacog_fast.finetune.scienceworld_data import (SIMULATOR_STEP_LIMIT, ScienceWorldDataConfig,  # noqa: E402
+from metacog_fast.alfworld.finetune.data import load_dataset  # noqa: E402
+from metacog_fast.scienceworld.finetune_data import (SIMULATOR_STEP_LIMIT, ScienceWorldDataConfig,  # noqa: E402
                                                      build_scienceworld_dataset, check_source_variation, play_gold,
                                                      select_variations)
 
@@ -109,7 +109,7 @@ def test_training_tokens_are_the_scored_tokens(dataset) -> None:
     from llama_cpp import Llama
 
     from metacog_fast.finetune.base import base_gguf, load_tokenizer
-    from metacog_fast.finetune.sft import decision_labels
+    from metacog_fast.alfworld.finetune.sft import decision_labels
 
     out, _ = dataset
     tok = load_tokenizer("smollm2")
@@ -186,7 +186,7 @@ def test_a_dev_record_in_the_folder_is_refused(tmp_path, dataset) -> None:
 
 def test_sft_selects_scienceworld_source(dataset) -> None:
     pytest.importorskip("trl")
-    from metacog_fast.finetune.sft import SFTConfig, select_examples
+    from metacog_fast.alfworld.finetune.sft import SFTConfig, select_examples
 
     out, _ = dataset
     ex = load_dataset(out)
@@ -219,7 +219,7 @@ def test_cli_flags(tmp_path, capsys) -> None:
 
 
 def test_top1_agreement_on_dev_gold(llm) -> None:
-    from metacog_fast.agents.scienceworld.swift_eval import dev_gold, top1_agreement
+    from metacog_fast.scienceworld.swift_eval import dev_gold, top1_agreement
 
     steps = dev_gold([SHORT_TASKS[0]], variations=1, steps_per_task=3)
     assert len(steps) == 3 and all(name == "lifespan-longest-lived" for name, _, _ in steps)
@@ -240,7 +240,7 @@ def test_top1_agreement_on_dev_gold(llm) -> None:
 @pytest.mark.slow
 def test_build_resumes_after_kill(tmp_path) -> None:
     out = tmp_path / "data"
-    code = ("from metacog_fast.finetune.scienceworld_data import *; "
+    code = ("from metacog_fast.scienceworld.finetune_data import *; "
             f"build_scienceworld_dataset({str(out)!r}, ScienceWorldDataConfig(tasks={SHORT_TASKS}, max_variations=6))")
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -262,7 +262,7 @@ def test_build_resumes_after_kill(tmp_path) -> None:
 def test_tiny_sft_exports_a_swift_that_opens_by_name(tmp_path, dataset, monkeypatch) -> None:
     pytest.importorskip("trl")
     from metacog_fast.finetune.export import ExportConfig, export_gguf
-    from metacog_fast.finetune.sft import SFTConfig, train_sft
+    from metacog_fast.alfworld.finetune.sft import SFTConfig, train_sft
     from metacog_fast.llm import open_llm
 
     out, _ = dataset
@@ -285,8 +285,8 @@ def test_tiny_sft_exports_a_swift_that_opens_by_name(tmp_path, dataset, monkeypa
 
 
 def test_swift_eval_folder_resumes_and_refuses_a_replaced_model(tmp_path) -> None:
-    from metacog_fast.agents.scienceworld.swift_eval import dev_gold
-    from metacog_fast.finetune.scienceworld_eval import (SwiftAgreementConfig, evaluate_swift_agreement,
+    from metacog_fast.scienceworld.swift_eval import dev_gold
+    from metacog_fast.scienceworld.finetune_eval import (SwiftAgreementConfig, evaluate_swift_agreement,
                                                          model_sha256, proposer_name)
 
     gold = [ex for _, _, ex in dev_gold([SHORT_TASKS[1]], variations=1, steps_per_task=2)]

@@ -1,4 +1,4 @@
-"""The fine-tuned actor's scorer from its own recorded episodes (metacog_fast.finetune.scorer), on the
+"""The fine-tuned actor's scorer from its own recorded episodes (metacog_fast.alfworld.finetune.scorer), on the
 committed evaluation records of the shipped actor (results/finetune/eval_rr1200_final_60)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from metacog_fast.finetune.scorer import ScorerFitConfig, _fold_of, crossval, fit_scorer, load_episodes
+from metacog_fast.alfworld.finetune.scorer import ScorerFitConfig, _fold_of, crossval, fit_scorer, load_episodes
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "results" / "finetune" / "eval_rr1200_final_60"

@@ -1,4 +1,4 @@
-"""Single-task Dreamer-v3 learning runs (metacog_fast.train.learn*): config round trip, the CLI flags,
+"""Single-task Dreamer-v3 learning runs (metacog_fast.metaworld.learn.run*): config round trip, the CLI flags,
 bad input naming the argument, evaluation records, the published-curve loader, the report, and a
 run killed with SIGKILL that resumes to the same records as an uninterrupted run."""
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 
 from metacog_fast.cli.dataclass_args import ConfigError
 from metacog_fast.metrics import wilson_interval
-from metacog_fast.train.learn_config import LearnConfig, LearnJob, LearnModelConfig, SNAPSHOT_IGNORE
-from metacog_fast.train.learn_eval import EvalEpisode, evaluation_record
-from metacog_fast.train.published import load_published
+from metacog_fast.metaworld.learn.config import LearnConfig, LearnJob, LearnModelConfig, SNAPSHOT_IGNORE
+from metacog_fast.metaworld.learn.eval import EvalEpisode, evaluation_record
+from metacog_fast.metaworld.learn.published import load_published
 
 pytest.importorskip("metaworld")
 
@@ -46,7 +46,7 @@ def tiny(**kw) -> LearnConfig:
 
 def _parse(argv: list[str]):
     from metacog_fast.cli.main import build_parser
-    from metacog_fast.cli.train import learn_configs
+    from metacog_fast.metaworld.cli import learn_configs
 
     return learn_configs(build_parser(load="train").parse_args(["train", "learn", *argv]))
 
@@ -189,8 +189,8 @@ def test_published_loader_errors_name_the_argument_or_file(tmp_path):
 # --- runs -------------------------------------------------------------------------------------------------
 
 def test_run_in_pieces_equals_one_run_and_refuses_another_config(tmp_path):
-    from metacog_fast.train.learn import LearnRunner, read_learn_state
-    from metacog_fast.train.learn_records import read_curve
+    from metacog_fast.metaworld.learn.run import LearnRunner, read_learn_state
+    from metacog_fast.metaworld.learn.records import read_curve
 
     LearnRunner(tiny(), tmp_path / "one", progress=False).run()
     LearnRunner(tiny(env_steps=60), tmp_path / "two", progress=False).run()
@@ -215,8 +215,8 @@ def test_run_in_pieces_equals_one_run_and_refuses_another_config(tmp_path):
 def test_run_resumes_after_sigkill_with_the_same_records(tmp_path):
     """A subprocess run SIGKILLed after its 80-step evaluation resumes to the records of an
     uninterrupted run (training episodes, updates, evaluation outcomes, losses)."""
-    from metacog_fast.train.learn import LearnRunner, read_learn_state
-    from metacog_fast.train.learn_records import read_curve
+    from metacog_fast.metaworld.learn.run import LearnRunner, read_learn_state
+    from metacog_fast.metaworld.learn.records import read_curve
 
     killed = tmp_path / "killed"
     argv = [sys.executable, "-m", "metacog_fast", "train", "learn", *TINY_FLAGS, "--env-steps", "160",
@@ -242,8 +242,8 @@ def test_run_resumes_after_sigkill_with_the_same_records(tmp_path):
 
 
 def test_schedule_and_report(tmp_path):
-    from metacog_fast.train.learn_report import LearnReportConfig, learn_report
-    from metacog_fast.train.learn_schedule import LearnSchedule, run_schedule
+    from metacog_fast.metaworld.learn.report import LearnReportConfig, learn_report
+    from metacog_fast.metaworld.learn.schedule import LearnSchedule, run_schedule
 
     sched = LearnSchedule(tasks=("drawer-close-v3",), seeds=(0, 1), stage_steps=40, run_root=str(tmp_path / "runs"),
                           out_root=str(tmp_path / "curves"), progress=False)
@@ -262,7 +262,7 @@ def test_schedule_and_report(tmp_path):
         assert m["final_success"]["pooled_successes"] == k and m["final_success"]["pooled_n"] == 4
         assert (m["final_success"]["low"], m["final_success"]["high"]) == pytest.approx(wilson_interval(k, 4))
         assert m["final_success"]["mean_over_seeds"] == pytest.approx(np.mean([r["final_success"]["rate"] for r in recs]))
-    from metacog_fast.train.replay import ReplayBuffer
+    from metacog_fast.metaworld.train.replay import ReplayBuffer
 
     sat = task["action_saturation"]["0"]
     assert [w["env_steps"] for w in sat] == [80] and sat[0]["episodes"] == 2  # episodes 3, 4 are the agent's
@@ -282,9 +282,9 @@ def test_schedule_and_report(tmp_path):
 
 
 def test_profile_times_both_precisions(tmp_path):
-    from metacog_fast.train.learn import LearnRunner
-    from metacog_fast.train.learn_profile import profile_env_steps, profile_updates
-    from metacog_fast.train.replay import ReplayBuffer
+    from metacog_fast.metaworld.learn.run import LearnRunner
+    from metacog_fast.metaworld.learn.profile import profile_env_steps, profile_updates
+    from metacog_fast.metaworld.train.replay import ReplayBuffer
 
     LearnRunner(tiny(env_steps=40), tmp_path / "r", progress=False).run()
     replay = ReplayBuffer(tmp_path / "r" / "replay")
@@ -300,7 +300,7 @@ def test_actor_entropy_bonus_peaks_at_a_finite_std():
     (the pre-tanh Gaussian's sum log std did, and the learning runs' actors went bang-bang)."""
     import torch
 
-    from metacog_fast.models.dreamer import squashed_entropy
+    from metacog_fast.metaworld.models.dreamer import squashed_entropy
 
     g = torch.Generator().manual_seed(0)
     eps = torch.randn(100_000, 2, generator=g)
@@ -324,8 +324,8 @@ def test_versioned_checkpoint_survives_a_kill_between_its_two_writes(tmp_path):
     JSON's checkpoint; older tensor files go once a newer JSON is in place."""
     import torch
 
-    from metacog_fast.models.dreamer import Dreamer
-    from metacog_fast.train import checkpoint as ck
+    from metacog_fast.metaworld.models.dreamer import Dreamer
+    from metacog_fast.metaworld.train import checkpoint as ck
 
     cfg = tiny()
     model = Dreamer(cfg.model)

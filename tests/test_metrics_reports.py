@@ -35,7 +35,7 @@ def _alf_run(root, agent: str, wins: list[bool], probs: list[list[float]] | None
 
 
 def test_alfworld_report_carries_intervals(tmp_path):
-    from metacog_fast.agents.alfworld.report import report
+    from metacog_fast.alfworld.report import report
 
     rng = np.random.default_rng(0)
     muse_wins = [g % 3 != 0 for g in range(18)]  # 12 successes, 6 failures
@@ -93,7 +93,7 @@ def test_alfworld_report_carries_intervals(tmp_path):
 def test_alfworld_report_counts_only_finished_games_of_a_run_in_progress(tmp_path):
     """A run that spans sessions is reported while it plays: a game enters only with all its test
     episodes (its success is their mean), and Table 3 says how far the run is."""
-    from metacog_fast.agents.alfworld.report import report
+    from metacog_fast.alfworld.report import report
 
     def run(agent: str, played: dict[int, list[bool]]) -> None:
         d = tmp_path / agent
@@ -124,7 +124,7 @@ def test_alfworld_report_counts_only_finished_games_of_a_run_in_progress(tmp_pat
 
 def test_alfworld_selection_counts_and_table():
     """MUSE's room for selection: a step whose rollouts all begin alike gives the scores no choice."""
-    from metacog_fast.agents.alfworld.report import render_tables, selection_counts
+    from metacog_fast.alfworld.report import render_tables, selection_counts
 
     same = [[["go to bed 1", "..."]]] * 5
     mixed = [[["go to desk 1", "a"]], [["go to bed 1", "b"], ["look", "c"]], [["go to desk 1", "d"]], [], [["open safe 1", ""]]]
@@ -143,7 +143,7 @@ def test_alfworld_selection_counts_and_table():
 
 def test_alfworld_adaptation_effect_and_table():
     """First attempt (adaptation episode 0) against the test episodes, per game, paired."""
-    from metacog_fast.agents.alfworld.report import adaptation_effect, render_tables
+    from metacog_fast.alfworld.report import adaptation_effect, render_tables
 
     def rec(game, phase, episode, won):
         return {"game": game, "phase": phase, "episode": episode, "won": won}
@@ -178,8 +178,8 @@ def _sw_ep(c: str, task: str, v: int, score: float, won: bool) -> dict:
 
 
 def test_scienceworld_report_carries_intervals(tmp_path):
-    from metacog_fast.agents.scienceworld.report import report
-    from metacog_fast.agents.scienceworld.store import write_json
+    from metacog_fast.scienceworld.report import report
+    from metacog_fast.scienceworld.store import write_json
 
     for c, bonus in (("baseline", 0.0), ("full", 20.0)):
         (tmp_path / "episodes" / c).mkdir(parents=True)
@@ -210,7 +210,7 @@ def test_scienceworld_report_carries_intervals(tmp_path):
 
 
 def test_experience_metrics_carry_intervals(tmp_path):
-    from metacog_fast.agents.experience.metrics import summarise, write_metrics
+    from metacog_fast.experience.metrics import summarise, write_metrics
 
     def ep(cond: str, it: int, g: int, won: bool) -> dict:
         return {"condition": cond, "iteration": it, "game_arg": str(g), "game": f"g{g}", "won": won,
@@ -233,7 +233,7 @@ def test_experience_metrics_carry_intervals(tmp_path):
 
 
 def test_experience_subtasks_on_task(tmp_path):
-    from metacog_fast.agents.experience.metrics import subtasks_on_task, summarise, tables_markdown
+    from metacog_fast.experience.metrics import subtasks_on_task, summarise, tables_markdown
 
     def sub(d: str) -> dict:
         return {"description": d}
@@ -256,7 +256,7 @@ def test_experience_subtasks_on_task(tmp_path):
 
 
 def test_sim_ablation_statistics():
-    from metacog_fast.sim.evaluation import ablation_statistics, ablation_statistics_markdown
+    from metacog_fast.town.evaluation import ablation_statistics, ablation_statistics_markdown
 
     def run(seed: int, alive: int, judge: float) -> dict:
         return {"seed": seed, "judge_mean": judge, "judge_expected": judge + 0.5,
@@ -282,7 +282,7 @@ def test_sim_ablation_statistics():
 
 
 def test_metaworld_tables_and_sa_metrics_carry_intervals():
-    from metacog_fast.train.report import sa_metrics, table_markdown
+    from metacog_fast.metaworld.train.report import sa_metrics, table_markdown
 
     rng = np.random.default_rng(1)
     E, T = 12, 6
@@ -312,7 +312,7 @@ def test_metaworld_tables_and_sa_metrics_carry_intervals():
 
 
 def test_metaworld_refresh_report_from_results_json(tmp_path):
-    from metacog_fast.train.report import refresh_report
+    from metacog_fast.metaworld.train.report import refresh_report
 
     def run(succ: list[int], muse: bool) -> dict:
         per_task = {f"t{i}-v3": {"episodes": 10, "successes": k, "success_rate": k / 10, "solved": k > 0,
@@ -342,7 +342,7 @@ def test_metaworld_refresh_report_from_results_json(tmp_path):
 def test_alfworld_report_tests_the_claims_among_failure_only_reflectors(tmp_path):
     """Runs labelled ``<agent>-onfail`` (``--reflect-on failure``) get the paper's orderings tested
     among themselves; a report without such a run has no such table."""
-    from metacog_fast.agents.alfworld.report import report
+    from metacog_fast.alfworld.report import report
 
     def run(label: str, agent: str, wins: list[bool]) -> None:
         d = tmp_path / label

@@ -16,9 +16,9 @@ import pytest
 
 pytest.importorskip("metaworld")
 
-from metacog_fast.train.config import profile  # noqa: E402
-from metacog_fast.train.report import assess_on_scripted, write_report  # noqa: E402
-from metacog_fast.train.runner import ProtocolRunner, read_state  # noqa: E402
+from metacog_fast.metaworld.train.config import profile  # noqa: E402
+from metacog_fast.metaworld.train.report import assess_on_scripted, write_report  # noqa: E402
+from metacog_fast.metaworld.train.runner import ProtocolRunner, read_state  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,8 +66,8 @@ def test_resume_after_kill_continues_counters_and_matches_uninterrupted_run(tmp_
     run_dir = tmp_path / "killed"
     code = (
         "import sys; from dataclasses import replace;"
-        "from metacog_fast.train.config import profile;"
-        "from metacog_fast.train.runner import ProtocolRunner;"
+        "from metacog_fast.metaworld.train.config import profile;"
+        "from metacog_fast.metaworld.train.runner import ProtocolRunner;"
         "cfg = profile('smoke', agent='muse', adapt_episodes=4); cfg.scripted = replace(cfg.scripted, episodes_per_task=2);"
         f"ProtocolRunner(cfg, {str(run_dir)!r}, progress=False).run()"
     )

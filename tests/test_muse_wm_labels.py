@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from metacog_fast.train.replay import Episode, EpisodeRecorder, ReplayBuffer
+from metacog_fast.metaworld.train.replay import Episode, EpisodeRecorder, ReplayBuffer
 
 
 def _episode(T: int, t_success: int | None, T_max: int = 100, O: int = 3, A: int = 2) -> Episode:

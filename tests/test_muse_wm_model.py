@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from metacog_fast.agents.muse_wm import MuseWMAgent, NumpyEncoder
+from metacog_fast.metaworld.muse_wm import MuseWMAgent, NumpyEncoder
 from metacog_fast.ops.rssm import naive as ref
-from metacog_fast.models.dreamer import Dreamer, DreamerConfig, symexp, symlog
-from metacog_fast.train import checkpoint as ck
-from metacog_fast.train.config import ActConfig, profile
+from metacog_fast.metaworld.models.dreamer import Dreamer, DreamerConfig, symexp, symlog
+from metacog_fast.metaworld.train import checkpoint as ck
+from metacog_fast.metaworld.train.config import ActConfig, profile
 
 TINY = dict(preset=None, D=16, Hd=16, S=4, C=4, layers=1, horizon=3, obs_dim=7, action_dim=2)
 

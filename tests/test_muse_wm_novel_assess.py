@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from metacog_fast.metrics import quantile_labels
-from metacog_fast.train.report import sa_metrics
+from metacog_fast.metaworld.train.report import sa_metrics
 
 
 def _rows(t_success: int | None, psi_row: list[float], T: int = 10, N: int = 5):
@@ -55,13 +55,13 @@ def test_sa_metrics_rejects_mismatched_shapes():
 
 def test_assess_novel_smoke_and_cli(tmp_path, monkeypatch, capsys):
     pytest.importorskip("metaworld")
-    import metacog_fast.train.rollout as rollout
-    from metacog_fast.models.dreamer import Dreamer
-    from metacog_fast.train.checkpoint import save_checkpoint
+    import metacog_fast.metaworld.train.rollout as rollout
+    from metacog_fast.metaworld.models.dreamer import Dreamer
+    from metacog_fast.metaworld.train.checkpoint import save_checkpoint
     from metacog_fast.cli.main import main
-    from metacog_fast.train.assess import checkpoint_state
-    from metacog_fast.train.config import profile
-    from metacog_fast.train.report import assess_on_scripted
+    from metacog_fast.metaworld.train.assess import checkpoint_state
+    from metacog_fast.metaworld.train.config import profile
+    from metacog_fast.metaworld.train.report import assess_on_scripted
 
     cfg = profile("smoke", agent="muse")  # tiny model, 20-step episodes
     stem = tmp_path / "pretrained"
@@ -78,7 +78,7 @@ def test_assess_novel_smoke_and_cli(tmp_path, monkeypatch, capsys):
     assert res["per_task"][task]["rows"] == sum(r["steps"] for r in res["episode_records"])
     assert 0.0 <= res["metacognitive_accuracy"] <= 1.0
     # the novel env really zeroes the task embedding: same seed, known env differs only there
-    from metacog_fast.train.rollout import make_metaworld
+    from metacog_fast.metaworld.train.rollout import make_metaworld
 
     o_novel, _ = make_metaworld(task, 1, 20, novel=True).reset(seed=3)
     o_known, _ = make_metaworld(task, 1, 20, novel=False).reset(seed=3)
@@ -106,10 +106,10 @@ def test_assess_novel_smoke_and_cli(tmp_path, monkeypatch, capsys):
 
 
 def test_checkpoint_state_names_the_adapted_task(tmp_path):
-    from metacog_fast.models.dreamer import Dreamer
-    from metacog_fast.train.checkpoint import save_checkpoint
-    from metacog_fast.train.assess import checkpoint_state
-    from metacog_fast.train.config import profile
+    from metacog_fast.metaworld.models.dreamer import Dreamer
+    from metacog_fast.metaworld.train.checkpoint import save_checkpoint
+    from metacog_fast.metaworld.train.assess import checkpoint_state
+    from metacog_fast.metaworld.train.config import profile
 
     cfg = profile("smoke", agent="muse")
     m = Dreamer(cfg.model)

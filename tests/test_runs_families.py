@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from metacog_fast.agents.generative import AgentConfig
+from metacog_fast.town.generative import AgentConfig
 from metacog_fast.llm.models import models_identity
 from metacog_fast.runs import ExecutorConfig
-from metacog_fast.sim.runner import AblationOptions, RunOptions, ablate
+from metacog_fast.town.runner import AblationOptions, RunOptions, ablate
 
 
 def test_sim_ablation_runs_resume_and_keep_their_files(tmp_path):
@@ -38,7 +38,7 @@ def test_sim_ablation_runs_resume_and_keep_their_files(tmp_path):
 
 def test_sim_ablation_names_the_scenarios_own_agent_count(tmp_path):
     """agents=None plays the scenario's own agents; the report names how many (it said "None")."""
-    from metacog_fast.sim.runner import load_scenario
+    from metacog_fast.town.runner import load_scenario
 
     doc = ablate(RunOptions(scenario="zombie", agents=None, steps=1, judge=False), str(tmp_path), None, None,
                  AblationOptions(configs=("none",), runs=1), agent_config=AgentConfig(progress_every=1),
@@ -54,9 +54,9 @@ def test_metaworld_agents_as_tasks_match_direct_runs_and_resume(tmp_path):
 
     import numpy as np
 
-    from metacog_fast.train.config import profile
-    from metacog_fast.train.runner import ProtocolRunner
-    from metacog_fast.train.tasks import run_agents
+    from metacog_fast.metaworld.train.config import profile
+    from metacog_fast.metaworld.train.runner import ProtocolRunner
+    from metacog_fast.metaworld.train.tasks import run_agents
 
     def tiny(agent):
         cfg = profile("smoke", agent=agent)
@@ -95,9 +95,9 @@ def test_metaworld_task_killed_mid_training_resumes_from_the_returned_checkpoint
 
     import numpy as np
 
-    from metacog_fast.train.config import profile
-    from metacog_fast.train.runner import ProtocolRunner, read_state
-    from metacog_fast.train.tasks import run_agents
+    from metacog_fast.metaworld.train.config import profile
+    from metacog_fast.metaworld.train.runner import ProtocolRunner, read_state
+    from metacog_fast.metaworld.train.tasks import run_agents
 
     def cfg():
         c = profile("smoke", agent="muse", adapt_episodes=4)
@@ -105,8 +105,8 @@ def test_metaworld_task_killed_mid_training_resumes_from_the_returned_checkpoint
         return c
 
     root = tmp_path / "run"
-    code = ("from dataclasses import replace; from metacog_fast.train.config import profile;"
-            "from metacog_fast.train.tasks import run_agents; from metacog_fast.runs import ExecutorConfig;"
+    code = ("from dataclasses import replace; from metacog_fast.metaworld.train.config import profile;"
+            "from metacog_fast.metaworld.train.tasks import run_agents; from metacog_fast.runs import ExecutorConfig;"
             "c = profile('smoke', agent='muse', adapt_episodes=4); c.scripted = replace(c.scripted, episodes_per_task=2);"
             f"run_agents({str(root)!r}, {{'muse': c}}, ExecutorConfig(executor='inline', progress=False))")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -138,7 +138,7 @@ def test_metaworld_task_killed_mid_training_resumes_from_the_returned_checkpoint
 def test_sim_ablation_with_its_own_judge_model(tmp_path):
     """``judge_uri``: a second model rates each run; its calls are counted apart from the agents'
     interviews, the summary names it, and the folder's identity records it."""
-    from metacog_fast.sim.evaluation import CRITERIA
+    from metacog_fast.town.evaluation import CRITERIA
 
     opts = RunOptions(scenario="zombie", agents=2, steps=1, judge=True)
     doc = ablate(opts, str(tmp_path), None, None, AblationOptions(configs=("none",), runs=1),

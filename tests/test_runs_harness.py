@@ -24,7 +24,7 @@ def _values(folder: RunFolder, groups: int, episodes: int) -> dict[str, list[str
 
 
 def test_importing_the_package_does_not_import_ray():
-    code = "import sys, metacog_fast, metacog_fast.runs, metacog_fast.agents.alfworld.protocol; print('ray' in sys.modules)"
+    code = "import sys, metacog_fast, metacog_fast.runs, metacog_fast.alfworld.protocol; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -97,8 +97,8 @@ def _without_timings(x):
 def test_alfworld_on_ray_matches_local_processes_episode_for_episode(tmp_path, cluster):
     """Reflexion on 2 games of 2 task types (one task per type), 2 episodes each: the second
     episode's prompt carries the first one's reflection, so group state is exercised."""
-    from metacog_fast.agents.alfworld.config import AgentConfig, RunConfig
-    from metacog_fast.agents.alfworld.protocol import episode_plan, load_records, run_protocol, select_games
+    from metacog_fast.alfworld.config import AgentConfig, RunConfig
+    from metacog_fast.alfworld.protocol import episode_plan, load_records, run_protocol, select_games
 
     ac = AgentConfig(examples=1, max_steps=2, action_max_tokens=12, max_thinks=1, reflection_max_tokens=12)
     cfg = RunConfig(agent="reflexion", tasks=2, adapt_episodes=0, test_episodes=2, n_ctx=4096, agent_config=ac)

@@ -8,13 +8,13 @@ import os
 import pytest
 
 pytest.importorskip("scienceworld")
-from metacog_fast.envs import scienceworld_env as swe  # noqa: E402
+from metacog_fast.scienceworld import env as swe  # noqa: E402
 
 if swe.java_version() is None:
     pytest.skip("Java is not installed: " + swe.JAVA_HINT, allow_module_level=True)
 
-from metacog_fast.agents.scienceworld.report import report  # noqa: E402
-from metacog_fast.agents.scienceworld.runner import RunConfig, run_protocol  # noqa: E402
+from metacog_fast.scienceworld.report import report  # noqa: E402
+from metacog_fast.scienceworld.runner import RunConfig, run_protocol  # noqa: E402
 
 STEPS = 6
 
@@ -99,7 +99,7 @@ def test_llm_swift_among_the_rankers_candidates(run, tmp_path) -> None:
     Swift was measured on); the run trains or reuses the ranker like ``swift="ranker"``."""
     import shutil
 
-    from metacog_fast.agents.scienceworld.runner import make_swift
+    from metacog_fast.scienceworld.runner import make_swift
     from metacog_fast.llm import open_llm
 
     out, _cfg, _res = run

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from metacog_fast.agents.scienceworld.amm import AMM, EpisodicRecord, is_invalid, salience
-from metacog_fast.agents.scienceworld.config import CONFIGS, config_for
-from metacog_fast.agents.scienceworld.grounding import Gate1, ValidSet, ground, normalise
-from metacog_fast.agents.scienceworld.report import group_of, load_episodes
-from metacog_fast.agents.scienceworld.runner import RunConfig, parse_tasks
-from metacog_fast.agents.scienceworld.stagnation import (
+from metacog_fast.scienceworld.amm import AMM, EpisodicRecord, is_invalid, salience
+from metacog_fast.scienceworld.config import CONFIGS, config_for
+from metacog_fast.scienceworld.grounding import Gate1, ValidSet, ground, normalise
+from metacog_fast.scienceworld.report import group_of, load_episodes
+from metacog_fast.scienceworld.runner import RunConfig, parse_tasks
+from metacog_fast.scienceworld.stagnation import (
     Step,
     movement_without_new_states,
     repeated_ineffective_action,
@@ -20,8 +20,8 @@ from metacog_fast.agents.scienceworld.stagnation import (
     repeated_observation,
     stagnation_signals,
 )
-from metacog_fast.agents.scienceworld.store import write_json
-from metacog_fast.agents.scienceworld.swift import (
+from metacog_fast.scienceworld.store import write_json
+from metacog_fast.scienceworld.swift import (
     HC,
     HT,
     NF,
@@ -225,7 +225,7 @@ def llm():
 
 
 def test_critic_budget_is_three_calls(llm) -> None:
-    from metacog_fast.agents.scienceworld.sage import Critic
+    from metacog_fast.scienceworld.sage import Critic
 
     c = Critic(llm, budget=3, plan_tokens=4)
     hist = [("look around", "The kitchen.")] * 3
@@ -257,7 +257,7 @@ def test_configs_and_validation() -> None:
 
 
 def test_budget_follows_the_gold_path_with_a_floor() -> None:
-    from metacog_fast.agents.scienceworld.runner import SIMULATOR_STEP_LIMIT
+    from metacog_fast.scienceworld.runner import SIMULATOR_STEP_LIMIT
 
     c = config_for("baseline")  # the protocol's defaults: max(50, 1.5 x gold)
     assert (c.max_steps, c.budget_factor) == (50, 1.5)
@@ -285,7 +285,7 @@ def test_report_rejects_malformed_episodes(tmp_path) -> None:
 
 
 def test_report_pairs_episodes_across_configurations() -> None:
-    from metacog_fast.agents.scienceworld.report import paired, summarise
+    from metacog_fast.scienceworld.report import paired, summarise
 
     def ep(c: str, task: str, v: int, score: float, won: bool, steps: int, swift: int) -> dict:
         mech = {k: 0 for k in ("memory_writes", "t1", "t4", "gate1_drops", "gate1_repairs", "critic_calls",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from metacog_fast.sim.evaluation import plot_ablation_statistics
-from metacog_fast.sim.runner import reaggregate
+from metacog_fast.town.evaluation import plot_ablation_statistics
+from metacog_fast.town.runner import reaggregate
 
 RUNS = Path(__file__).resolve().parents[1] / "results" / "sim"
 

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from metacog_fast.agents.generative import Action, AgentConfig, Features, GenerativeAgent, StepContext
-from metacog_fast.sim import load_scenario
-from metacog_fast.sim.engine import SimConfig, Simulation
-from metacog_fast.sim.evaluation import CRITERIA, choose_without_position_bias, culprit_named, judge
-from metacog_fast.sim.llm_adapter import SimLLM
+from metacog_fast.town.generative import Action, AgentConfig, Features, GenerativeAgent, StepContext
+from metacog_fast.town import load_scenario
+from metacog_fast.town.engine import SimConfig, Simulation
+from metacog_fast.town.evaluation import CRITERIA, choose_without_position_bias, culprit_named, judge
+from metacog_fast.town.llm_adapter import SimLLM
 
 
 @pytest.fixture(scope="module")
@@ -153,9 +153,9 @@ def test_debiased_choice_with_the_real_model_does_not_depend_on_where_the_list_s
 def test_ratings_are_complete_answers_and_use_the_whole_distribution():
     """" 10" is " 1" then "0": the answers end with a newline so 10 can win, and the rating is the
     expected value over the ten answers, so the embedded model's ratings order memories sensibly."""
-    from metacog_fast.agents.generative import prompts as P
+    from metacog_fast.town.generative import prompts as P
     from metacog_fast.llm import open_llm
-    from metacog_fast.sim.llm_adapter import RATINGS, rating_from
+    from metacog_fast.town.llm_adapter import RATINGS, rating_from
 
     assert RATINGS[0] == " 1\n" and RATINGS[-1] == " 10\n" and not any(a.startswith(b) for a in RATINGS for b in RATINGS if a != b)
     assert rating_from([0.0] * 9 + [50.0]) == 10 and rating_from([50.0] + [0.0] * 9) == 1
@@ -170,6 +170,6 @@ def test_ratings_are_complete_answers_and_use_the_whole_distribution():
                  for m in ("A zombie bit Alice's arm; she is bleeding.", "Alice's house burned down and her family is missing.")]
     finally:
         llm.close()
-    from metacog_fast.sim.evaluation import expected_rating
+    from metacog_fast.town.evaluation import expected_rating
 
     assert max(expected_rating(x) for x in mundane) < min(expected_rating(x) for x in grave)

@@ -6,15 +6,15 @@ import os
 
 import pytest
 
-from metacog_fast.sim import load_scenario
+from metacog_fast.town import load_scenario
 from metacog_fast.cli.main import build_parser, main
-from metacog_fast.sim.jobs import report
-from metacog_fast.sim.engine import SimConfig, Simulation
+from metacog_fast.town.jobs import report
+from metacog_fast.town.engine import SimConfig, Simulation
 
 
 def test_sim_arguments_reach_the_configs():
     from metacog_fast.cli.dataclass_args import config_from_args
-    from metacog_fast.cli.sim import ABLATION_FLAGS, FEATURE_FLAGS, RUN_FLAGS
+    from metacog_fast.town.cli import ABLATION_FLAGS, FEATURE_FLAGS, RUN_FLAGS
 
     parser = build_parser(load="sim")
     a = parser.parse_args(["sim", "--scenario", "mystery", "--agents", "4", "--steps", "7", "--no-metacognition",

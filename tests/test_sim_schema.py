@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from metacog_fast.sim import SchemaError, load_scenario, load_world
-from metacog_fast.sim.loader import resolve
+from metacog_fast.town import SchemaError, load_scenario, load_world
+from metacog_fast.town.loader import resolve
 
 
 def _world_doc() -> dict:
@@ -140,7 +140,7 @@ def test_fill_keeps_given_fields_and_adds_agents():
 def test_ablation_seed_loads_the_scenario_with_its_own_agents(name):
     """An ablation without --seed counts from the scenario's seed; the mystery's rules name its
     detective and culprit, so loading it with one agent (what the ablation once did) failed."""
-    from metacog_fast.sim.runner import RunOptions, scenario_seed
+    from metacog_fast.town.runner import RunOptions, scenario_seed
 
     assert scenario_seed(RunOptions(scenario=name)) == load_scenario(name).seed
     assert scenario_seed(RunOptions(scenario=name, seed=7)) == 7

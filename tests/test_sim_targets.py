@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from metacog_fast.agents.generative import AgentConfig, Features
-from metacog_fast.agents.generative.agent import by_content
-from metacog_fast.sim import load_scenario
-from metacog_fast.sim.engine import SimConfig, Simulation
+from metacog_fast.town.generative import AgentConfig, Features
+from metacog_fast.town.generative.agent import by_content
+from metacog_fast.town import load_scenario
+from metacog_fast.town.engine import SimConfig, Simulation
 
 
 def test_by_content_compares_options_per_character():
@@ -63,7 +63,7 @@ def test_town_agents_keep_their_targets(tmp_path, encoder):
     import json
 
     from metacog_fast.llm import open_llm
-    from metacog_fast.sim.llm_adapter import SimLLM
+    from metacog_fast.town.llm_adapter import SimLLM
 
     backend = open_llm(n_threads=2)
     llm = SimLLM(backend)

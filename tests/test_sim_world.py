@@ -11,12 +11,12 @@ import subprocess
 import numpy as np
 import pytest
 
-from metacog_fast.agents.generative import AgentConfig, Features
-from metacog_fast.agents.generative.memory import PendingMemory
-from metacog_fast.sim import load_scenario, load_world, visible_pairs
-from metacog_fast.sim.engine import SimConfig, Simulation
-from metacog_fast.sim.rules import ZombieHorde, ZombieRules
-from metacog_fast.sim.viewer import render_html, write_viewer
+from metacog_fast.town.generative import AgentConfig, Features
+from metacog_fast.town.generative.memory import PendingMemory
+from metacog_fast.town import load_scenario, load_world, visible_pairs
+from metacog_fast.town.engine import SimConfig, Simulation
+from metacog_fast.town.rules import ZombieHorde, ZombieRules
+from metacog_fast.town.viewer import render_html, write_viewer
 
 
 @pytest.fixture(scope="module")

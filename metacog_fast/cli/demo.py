@@ -21,13 +21,18 @@ from metacog_fast.cli.io import write_json_atomic
 from metacog_fast.envs.base import EnvSetupError
 
 # Modules that register demo parts on import; later issues append theirs here.
-PART_MODULES = ("metacog_fast.cli.demo_envs", "metacog_fast.cli.demo_agents", "metacog_fast.cli.demo_alfworld",
-                "metacog_fast.cli.demo_scienceworld", "metacog_fast.cli.demo_sim")
+PART_MODULES = ("metacog_fast.metaworld.demo", "metacog_fast.alfworld.demo",
+                "metacog_fast.scienceworld.demo", "metacog_fast.town.demo")
 
 
 def load_parts() -> None:
+    """Import the families' demo modules (each registers its parts), then order the parts: every
+    environment check (the ``quick`` parts) before any agent, each group in :data:`PART_MODULES` order."""
     for mod in PART_MODULES:
         importlib.import_module(mod)
+    ordered = sorted(DEMO_PARTS.values(), key=lambda part: not part.quick)
+    DEMO_PARTS.clear()
+    DEMO_PARTS.update((part.name, part) for part in ordered)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

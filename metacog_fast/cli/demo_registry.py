@@ -19,6 +19,8 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from metacog_fast.envs.base import Env
+
 ProgressFactory = Callable[..., Any]
 """``progress(total=..., desc=...)`` -> a tqdm-like bar (``update``, ``set_postfix_str``, ``close``)."""
 
@@ -64,3 +66,47 @@ def model_info(name: str, kind: str, note: str = "") -> dict[str, str]:
     if kind not in MODEL_KINDS:
         raise ValueError(f"kind: expected one of {MODEL_KINDS}, got {kind!r}")
     return {"name": name, "kind": kind, "note": note}
+
+
+# -- shared by the parts that check an environment with its expert --------------------------
+
+def csv_list(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def positive_int(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return v
+
+
+def expert_summary(envs: list[Env], episodes: list[dict[str, Any]], wall: float, expert: str) -> dict[str, Any]:
+    """Success over ``episodes``; step and reset rates from the adapters' own timings."""
+    n = len(episodes)
+    steps = sum(e.timings.steps for e in envs)
+    step_s = sum(e.timings.step_seconds for e in envs)
+    resets = sum(e.timings.resets for e in envs)
+    reset_s = sum(e.timings.reset_seconds for e in envs)
+    return {
+        "model": model_info(expert, "scripted expert",
+                            "the environment's own solution, a check of the install, not an agent"),
+        "episodes": episodes,
+        "n_episodes": n,
+        "success_rate": sum(e["success"] for e in episodes) / n if n else 0.0,
+        "steps_per_second": steps / step_s if step_s else 0.0,
+        "mean_reset_seconds": reset_s / resets if resets else 0.0,
+        "timings": {"steps": steps, "step_seconds": step_s, "resets": resets, "reset_seconds": reset_s},
+        "wall_seconds": wall,
+    }
+
+
+def play_expert_plan(env: Env, info: dict[str, Any]) -> dict[str, Any]:
+    """Step ``env`` with its expert until the episode ends or the plan runs out; the last info."""
+    done = False
+    while not done:
+        action = env.expert()
+        if action is None:
+            break
+        _, _, done, info = env.step(action)
+    return info

@@ -1,6 +1,7 @@
 """Quick checks of which environments and data are usable here (``metacog info``)."""
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,76 +29,26 @@ class ProbeResult:
         return asdict(self)
 
 
-def _version(dist: str) -> str | None:
+def package_version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
-def probe_metaworld(deep: bool = False) -> ProbeResult:
-    details: dict[str, Any] = {"metaworld": _version("metaworld"), "mujoco": _version("mujoco")}
-    from metacog_fast.envs.metaworld_env import MT10_TASKS, all_task_names
-
-    details["tasks"] = len(all_task_names())
-    if deep:
-        from metacog_fast.envs.metaworld_env import MetaWorldEnv
-
-        env = MetaWorldEnv(task=MT10_TASKS[0])
-        obs, _ = env.reset()
-        env.step(env.expert())
-        details["observation_dim"] = int(obs.shape[0])
-        env.close()
-    return ProbeResult("metaworld", True, "imports" + (", reset and step" if deep else ""), details)
-
-
-def probe_alfworld(deep: bool = False) -> ProbeResult:
-    details: dict[str, Any] = {"alfworld": _version("alfworld"), "textworld": _version("textworld")}
-    import fast_downward  # noqa: F401  (textworld[pddl])
-    import textworld  # noqa: F401
-
-    from metacog_fast.envs.alfworld_env import find_split_dir, list_games
-
-    games: dict[str, int] = {}
-    for split in ("train", "valid_seen", "valid_train", "valid_unseen"):
-        try:
-            games[split] = len(list_games(split))
-        except EnvSetupError as exc:
-            if split == "valid_seen":
-                raise
-            del exc
-    details["games"] = games
-    details["data"] = str(find_split_dir("valid_seen").parent)
-    if deep:
-        from metacog_fast.envs.alfworld_env import AlfWorldEnv
-
-        env = AlfWorldEnv(game=0)
-        _, info = env.reset()
-        details["admissible_at_start"] = len(info["admissible"])
-        env.close()
-    return ProbeResult("alfworld", True, "imports and games found" + (", reset" if deep else ""), details)
-
-
-def probe_scienceworld(deep: bool = False) -> ProbeResult:
-    from metacog_fast.envs.scienceworld_env import check_java, task_names
-
-    details: dict[str, Any] = {"scienceworld": _version("scienceworld"), "java": check_java()}
-    details["tasks"] = len(task_names())
-    if deep:
-        from metacog_fast.envs.scienceworld_env import ScienceWorldEnv
-
-        env = ScienceWorldEnv(task="find-non-living-thing")
-        _, info = env.reset()
-        details["admissible_at_start"] = len(info["admissible"])
-        env.close()
-    return ProbeResult("scienceworld", True, "Java found, imports" + (", JVM started and reset" if deep else ""), details)
-
-
-PROBES: dict[str, Callable[[bool], ProbeResult]] = {
-    "metaworld": probe_metaworld,
-    "alfworld": probe_alfworld,
-    "scienceworld": probe_scienceworld,
+PROBES: dict[str, str] = {
+    "metaworld": "metacog_fast.metaworld.env:probe",
+    "alfworld": "metacog_fast.alfworld.env:probe",
+    "scienceworld": "metacog_fast.scienceworld.env:probe",
 }
+"""{environment: ``"module:function"``}; ``function(deep) -> ProbeResult``. Resolved when probed, so that
+this floor imports no family."""
+
+
+def _probe_function(name: str) -> Callable[[bool], ProbeResult]:
+    module, func = PROBES[name].split(":")
+    return getattr(importlib.import_module(module), func)
+
 
 
 def probe_envs(deep: bool = False, names: list[str] | None = None) -> list[ProbeResult]:
@@ -106,7 +57,7 @@ def probe_envs(deep: bool = False, names: list[str] | None = None) -> list[Probe
     for name in names or list(PROBES):
         t0 = time.perf_counter()
         try:
-            res = PROBES[name](deep)
+            res = _probe_function(name)(deep)
         except EnvSetupError as exc:
             res = ProbeResult(name, False, str(exc))
         except ImportError as exc:

@@ -1,34 +1,18 @@
 """``make_env(name, **options)``: the one way to build an adapter by name."""
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable
 
 from metacog_fast.envs.base import Env
 
 
-def _metaworld(**options: Any) -> Env:
-    from metacog_fast.envs.metaworld_env import MetaWorldEnv
-
-    return MetaWorldEnv(**options)
-
-
-def _alfworld(**options: Any) -> Env:
-    from metacog_fast.envs.alfworld_env import AlfWorldEnv
-
-    return AlfWorldEnv(**options)
-
-
-def _scienceworld(**options: Any) -> Env:
-    from metacog_fast.envs.scienceworld_env import ScienceWorldEnv
-
-    return ScienceWorldEnv(**options)
-
-
-# Imports stay lazy: metaworld pulls MuJoCo, alfworld pulls textworld/spacy, scienceworld py4j.
-ENV_FACTORIES: dict[str, Callable[..., Env]] = {
-    "metaworld": _metaworld,
-    "alfworld": _alfworld,
-    "scienceworld": _scienceworld,
+# "module:Class", imported when built: metaworld pulls MuJoCo, alfworld textworld/spacy, scienceworld
+# py4j; and this floor imports no family.
+ENV_FACTORIES: dict[str, str] = {
+    "metaworld": "metacog_fast.metaworld.env:MetaWorldEnv",
+    "alfworld": "metacog_fast.alfworld.env:AlfWorldEnv",
+    "scienceworld": "metacog_fast.scienceworld.env:ScienceWorldEnv",
 }
 
 
@@ -42,9 +26,10 @@ def make_env(name: str, **options: Any) -> Env:
       ``step_limit=``, ``gold_path=``.
     """
     try:
-        factory = ENV_FACTORIES[name]
+        module, cls = ENV_FACTORIES[name].split(":")
     except KeyError:
         raise ValueError(f"name: unknown environment {name!r}; expected one of {sorted(ENV_FACTORIES)}") from None
+    factory: Callable[..., Env] = getattr(importlib.import_module(module), cls)
     try:
         return factory(**options)
     except TypeError as exc:

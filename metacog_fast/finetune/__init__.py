@@ -1,10 +1,5 @@
-"""Pre-deployment fine-tuning (MUSE Algorithm 3): SFT of the ALFWorld actor on expert and
-successful episodes, exported to GGUF for the embedded llama.cpp backend. ``docs/finetune.md``.
-
-Importing this package needs nothing beyond the core; training and export need the
-``[finetune]`` extra (transformers, peft, trl, gguf).
+"""The fine-tuning floor shared by the families: the base model read from GGUF by transformers
+(:mod:`metacog_fast.finetune.base`) and LoRA adapters to and from GGUF (:mod:`metacog_fast.finetune.export`).
+What is trained on which data lives with each family (``metacog_fast.alfworld.finetune``,
+``metacog_fast.scienceworld.finetune_data``). Training and export need the ``[finetune]`` extra.
 """
-from metacog_fast.finetune.data import DataConfig, build_dataset, load_dataset
-from metacog_fast.finetune.transcripts import LOSS_MODES, Transcript, actor_transcript
-
-__all__ = ["DataConfig", "LOSS_MODES", "Transcript", "actor_transcript", "build_dataset", "load_dataset"]

@@ -1,6 +1,7 @@
 """The base model of fine-tuning: a GGUF file read by transformers (it dequantises to float32)."""
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -45,3 +46,12 @@ def load_model(base: str, dtype: Any = None) -> Any:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     return model
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's bytes (read in 1 MiB blocks)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from metacog_fast.agents.alfworld.store import read_json, write_json_atomic
-from metacog_fast.finetune.data import sha256_file
+from metacog_fast.runs.records import read_json, write_json_atomic
+from metacog_fast.finetune.base import sha256_file
 from metacog_fast.llm.gguf_merge import MERGED_TYPES, write_gguf_atomic, write_merged
 
 FORMATS = ("adapter", "merged")

@@ -9,7 +9,7 @@ import torch
 
 from metacog_fast.ops.rssm import api as R
 from metacog_fast.ops.rssm import naive as ref
-from metacog_fast.models.rssm import RSSM
+from metacog_fast.metaworld.models.rssm import RSSM
 
 SMALL = dict(preset=None, D=12, Hd=10, S=3, C=4, A=2, E=5, L=2, N=5)
 

@@ -1,0 +1,81 @@
+"""One episode of an agent in an ALFWorld env, timed: LLM, environment and the agent's own time.
+
+Success is ``info["won"]`` (never ``done``, which is also True at the step limit).
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from metacog_fast.alfworld.agents import EpisodeContext
+from metacog_fast.alfworld.fewshot import strip_intro
+
+if TYPE_CHECKING:
+    from metacog_fast.alfworld.agents import ReActAgent
+    from metacog_fast.envs.base import Env
+    from metacog_fast.llm.protocol import LLM
+
+
+def llm_totals(*llms: LLM | None) -> tuple[int, int, int, float]:
+    """Calls, prompt tokens, completion tokens and seconds summed over the distinct ``llms``
+    (the actor and, where it is another model, the reflector)."""
+    seen: list[LLM] = []
+    for m in llms:
+        if m is not None and all(m is not s for s in seen):
+            seen.append(m)
+    us = [m.usage for m in seen]
+    return (sum(u.calls for u in us), sum(u.prompt_tokens for u in us), sum(u.completion_tokens for u in us),
+            sum(u.seconds for u in us))
+
+
+def run_episode(env: Env, agent: ReActAgent, llm: LLM, game: str, gamefile: str, episode: int, phase: str,
+                max_steps: int, reflector: LLM | None = None) -> dict[str, Any]:
+    """Play one episode of ``gamefile``; returns the JSON-able record (see docs/alfworld_agents.md).
+    ``reflector``: the reflection LLM where it is not ``llm``; its calls count in the record's totals."""
+    t_start = time.perf_counter()
+    c0, p0, g0, s0 = llm_totals(llm, reflector)
+    env_s = 0.0
+    t = time.perf_counter()
+    obs, info = env.reset(game=gamefile)
+    env_s += time.perf_counter() - t
+    ctx = EpisodeContext(game=game, task=info["task"] if info["task"].startswith("Your task") else
+                         f"Your task is to: {info['task']}", task_type=info["task_type"],
+                         intro=strip_intro(obs), episode=episode)
+    begin = agent.begin(ctx)
+    pairs: list[list[str]] = []
+    steps: list[dict[str, Any]] = []
+    won = done = False
+    for _ in range(max_steps):
+        t_step = time.perf_counter()
+        llm_before = llm.usage.seconds
+        dec = agent.act(info.get("admissible"))
+        t = time.perf_counter()
+        obs, _r, done, info = env.step(dec.action)
+        step_env = time.perf_counter() - t
+        env_s += step_env
+        obs = " ".join(obs.split())
+        agent.observe(dec.action, obs)
+        pairs.append([dec.action, obs])
+        step_llm = llm.usage.seconds - llm_before
+        wall = time.perf_counter() - t_step
+        steps.append({"action": dec.action, "proposed": dec.proposed, "how": dec.how, "thinks": dec.thinks,
+                      "llm_seconds": step_llm, "env_seconds": step_env,
+                      "agent_seconds": max(0.0, wall - step_llm - step_env), **dec.info})
+        won = bool(info.get("won"))
+        if done or won:
+            break
+    c1, p1, g1, s1 = llm_totals(llm, reflector)
+    llm_episode = s1 - s0
+    end = agent.end(won, [tuple(p) for p in pairs])
+    c2, p2, g2, s2 = llm_totals(llm, reflector)
+    return {
+        "game": game, "gamefile": gamefile, "task": ctx.task, "task_type": ctx.task_type, "episode": episode,
+        "phase": phase, "agent": agent.name, "won": won, "done": bool(done), "steps": len(pairs),
+        "pairs": pairs, "step_log": steps, "begin": begin, "end": end,
+        "plan": begin.get("plan", ""),
+        "llm": {"calls": c2 - c0, "prompt_tokens": p2 - p0, "completion_tokens": g2 - g0, "seconds": s2 - s0,
+                "seconds_acting": llm_episode, "seconds_reflecting": s2 - s1},
+        "env_seconds": env_s,
+        "agent_seconds": sum(s["agent_seconds"] for s in steps),
+        "wall_seconds": time.perf_counter() - t_start,
+    }

@@ -1,0 +1,71 @@
+"""Several learning runs (tasks x seeds) advanced one at a time, in rounds, in one process
+(``metacog train learn-all``; ``scripts/metaworld_learning.sh`` runs it in the background).
+
+Round r trains every run up to ``min(r * stage_steps, env_steps)`` env steps, in order, before any
+run goes further, so that at any moment all runs have curves of about the same length. A round is
+a resumed :class:`~metacog_fast.metaworld.learn.run.LearnRunner` call per run: a killed schedule restarted
+with the same arguments continues where every run's last checkpoint left it. One process keeps
+one pid for the whole schedule (the benchmark protocol pauses it with SIGSTOP).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from metacog_fast.metaworld.learn.config import LEARN_SEEDS, LEARN_TASKS, LearnConfig
+
+__all__ = ["LearnSchedule", "run_schedule"]
+
+
+@dataclass
+class LearnSchedule:
+    """Which runs a schedule trains, and in which steps."""
+
+    tasks: tuple[str, ...] = LEARN_TASKS
+    """Meta-World tasks."""
+    seeds: tuple[int, ...] = LEARN_SEEDS
+    """Seeds of every task."""
+    stage_steps: int = 10_000
+    """Env steps every run advances per round."""
+    run_root: str = "runs/metaworld/learn"
+    """Run folders: <run_root>/<task>/seed<seed>."""
+    out_root: str | None = "results/metaworld/learning/runs"
+    """After each run's round, its curve.{json,csv} are copied to <out_root>/<task>/seed<seed>, with train_curve.csv (None: not)."""
+    progress: bool = True
+    """Progress bar of each run."""
+
+    def validate(self) -> "LearnSchedule":
+        if not self.tasks:
+            raise ValueError("tasks: expected at least one Meta-World task")
+        if not self.seeds:
+            raise ValueError("seeds: expected at least one seed")
+        if self.stage_steps < 1:
+            raise ValueError(f"stage_steps: expected a positive integer, got {self.stage_steps}")
+        return self
+
+
+def run_schedule(schedule: LearnSchedule, base: LearnConfig) -> list[dict[str, Any]]:
+    """Train every (task, seed) of ``schedule`` to ``base.env_steps`` in rounds; returns the final states."""
+    from metacog_fast.metaworld.learn.run import LearnRunner
+    from metacog_fast._atomic import atomic_write_bytes
+    from metacog_fast.metaworld.learn.records import write_curves
+
+    schedule.validate()
+    cfgs = [replace(base, task=t, seed=s, model=replace(base.model)) for t in schedule.tasks for s in schedule.seeds]
+    for c in cfgs:
+        c.validate()
+    states: dict[int, dict[str, Any]] = {}
+    target = 0
+    while target < base.env_steps:
+        target = min(target + schedule.stage_steps, base.env_steps)
+        for i, c in enumerate(cfgs):
+            run_dir = Path(schedule.run_root) / c.task / f"seed{c.seed}"
+            states[i] = LearnRunner(replace(c, env_steps=target), run_dir, progress=schedule.progress).run()
+            if schedule.out_root:
+                out = Path(schedule.out_root) / c.task / f"seed{c.seed}"
+                write_curves(run_dir, out)
+                atomic_write_bytes(out / "train_curve.csv", (run_dir / "train_curve.csv").read_bytes())
+            print(f"round to {target}: {c.task} seed {c.seed} at {states[i]['env_steps']} env steps, "
+                  f"{states[i]['updates']} updates", flush=True)
+    return [states[i] for i in range(len(cfgs))]

@@ -1,0 +1,329 @@
+"""The protocol: gold paths of train variations -> ranker; per task: AMM warm-up on train
+variations, then every configuration on test variations. One episode = one JSON file; a run
+folder resumes where it stopped. It goes through the one harness (``metacog_fast.runs``,
+docs/runs.md): a prepare task per ScienceWorld task (its variations and gold states), the
+ranker trained on the driver, then one task per ScienceWorld task (its AMM memories are shared
+by its episodes); tasks run in this process, local worker processes (one JVM and one LLM each)
+or on Ray.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+from metacog_fast.scienceworld.config import CONFIG_NAMES, SWIFT_KINDS, config_for
+from metacog_fast.scienceworld.store import write_json
+from metacog_fast.runs import ExecutorConfig, Record, RunFolder, SideFile, Task, run_tasks
+from metacog_fast.scienceworld.swift import GoldExample, LLMSwift, RankerModel, RankerSwift, train_ranker
+
+if TYPE_CHECKING:
+    from metacog_fast.envs.base import Env
+    from metacog_fast.llm.protocol import LLM
+
+
+SIMULATOR_STEP_LIMIT = 100_000
+"""The simulator's own limit, far above any agent budget: it counts ticks, and one ``wait`` is
+about ten of them, so a limit near the budget ended episodes early, and differently per agent."""
+
+
+@dataclass
+class RunConfig:
+    """One run of the ScienceWorld protocol."""
+
+    configs: list[str] = field(default_factory=lambda: list(CONFIG_NAMES))
+    """Configurations to evaluate."""
+    tasks: list[int] = field(default_factory=lambda: list(range(30)))
+    """Task indices 0-29."""
+    variations: int = 2
+    """Test variations per task (the first N of the test split)."""
+    max_steps: int = 50
+    """Agent actions per episode: the floor of the budget (see ``budget_factor``)."""
+    budget_factor: float = 1.5
+    """Budget = max(max_steps, ceil(budget_factor x gold path length)) per variation; 0: flat max_steps."""
+    train_variations: int = 1
+    """Train variations per task whose gold paths train the ranker."""
+    warmup_per_task: int = 2
+    """AMM warm-up episodes per task (train variations; excluded from the metrics). 2 x 30 tasks = the paper's 60."""
+    swift: str = "ranker"
+    """Swift proposer: ranker, llm (lexical top-8) or llm-ranker (the LLM chooses among the ranker's top-8)."""
+    workers: int = 1
+    """Worker processes (tasks are spread over them); ``ExecutorConfig.workers`` overrides it."""
+    llm: str | None = None
+    """LLM URI (None: $METACOG_LLM, then the embedded SmolLM2-135M)."""
+    n_threads: int = 1
+    """llama.cpp threads per worker."""
+    memory_embed: str = "hash"
+    """AMM embeddings: hash (hashed words, 384-d) or minilm."""
+
+    def validate(self) -> "RunConfig":
+        bad = [c for c in self.configs if c not in CONFIG_NAMES]
+        if bad:
+            raise ValueError(f"configs: unknown {bad}; expected some of {CONFIG_NAMES}")
+        if not self.tasks or any(not 0 <= t < 30 for t in self.tasks):
+            raise ValueError(f"tasks: expected indices in 0..29, got {self.tasks}")
+        for n in ("variations", "max_steps", "train_variations", "workers", "n_threads"):
+            if getattr(self, n) < 1:
+                raise ValueError(f"{n}: expected >= 1, got {getattr(self, n)}")
+        if not self.budget_factor >= 0:
+            raise ValueError(f"budget_factor: expected >= 0, got {self.budget_factor}")
+        if self.warmup_per_task < 0:
+            raise ValueError(f"warmup_per_task: expected >= 0, got {self.warmup_per_task}")
+        if self.swift not in SWIFT_KINDS:
+            raise ValueError(f"swift: expected one of {', '.join(SWIFT_KINDS)}, got {self.swift!r}")
+        return self
+
+
+def parse_tasks(spec: str) -> list[int]:
+    """"0-29" / "0,3,5-7" -> sorted task indices."""
+    out: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                a, b = part.split("-", 1)
+                out.update(range(int(a), int(b) + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise ValueError(f"tasks: expected indices like '0-29' or '0,3,5-7', got {spec!r}") from None
+    if not out or min(out) < 0 or max(out) > 29:
+        raise ValueError(f"tasks: expected indices in 0..29, got {spec!r}")
+    return sorted(out)
+
+
+# ------------------------------------------------------------------ gold paths
+def walk_gold(env: Env, variation: int) -> list[GoldExample]:
+    """Reset ``env`` to ``variation`` and follow its gold path, recording each state whose gold
+    action is admissible."""
+    obs, info = env.reset(variation=variation)
+    out: list[GoldExample] = []
+    executed: dict[str, int] = {}
+    last = ""
+    for a in env.gold_path:
+        valid = list(info["admissible"])
+        if a in valid:
+            out.append(GoldExample(info["task"], obs, last, valid, dict(executed), a))
+        obs, _r, done, info = env.step(a)
+        executed[a] = executed.get(a, 0) + 1
+        last = a
+        if done:
+            break
+    return out
+
+
+def collect_gold(task: int, n_variations: int, step_limit: int = 200) -> list[GoldExample]:
+    """Walk the gold paths of the first ``n_variations`` train variations, recording each state."""
+    from metacog_fast.envs import make_env
+
+    env = make_env("scienceworld", task=task, split="train", step_limit=step_limit)
+    out: list[GoldExample] = []
+    try:
+        for v in env.variations[:n_variations]:
+            out.extend(walk_gold(env, v))
+    finally:
+        env.close()
+    return out
+
+
+# ------------------------------------------------------------------ harness tasks
+def plan_key(name: str) -> str:
+    """Record of a task's variations (written by the prepare phase)."""
+    return f"tasks/{name}"
+
+
+def gold_key(task: int) -> str:
+    return f"gold/task{task:02d}"
+
+
+def warmup_key(name: str) -> str:
+    return f"memory/warmup/{name}.sqlite.done"
+
+
+def episode_key(config: str, name: str, variation: int) -> str:
+    return f"episodes/{config}/{name}__{variation}"
+
+
+def prepare_task(payload: dict[str, Any], done: Mapping[str, Any], workdir: Path) -> Iterator[Record]:
+    """Task function: a task's train and test variations, and (ranker proposer) the states along
+    the gold paths of its first ``train_variations`` train variations."""
+    from metacog_fast.envs import make_env
+    from metacog_fast.scienceworld.env import resolve_task
+
+    task, name = payload["task"], resolve_task(payload["task"])
+    if plan_key(name) not in done:
+        test = make_env("scienceworld", task=task, split="test", step_limit=SIMULATOR_STEP_LIMIT)
+        try:
+            test_vars = test.variations
+        finally:
+            test.close()
+        yield Record(plan_key(name), {"task": name, "index": task, "test_variations": test_vars})
+    if payload["gold"] and gold_key(task) not in done:
+        yield Record(gold_key(task), [asdict(e) for e in collect_gold(task, payload["train_variations"])])
+
+
+def _open_store(path: str) -> Any:
+    from metacog_fast.memory import MemoryStore
+
+    return MemoryStore.open(path, dim=384, synchronous="NORMAL", num_threads=1)
+
+
+def _store_files(path: str) -> list[str]:
+    """A closed store's files: the SQLite database and its HNSW index."""
+    return [path + s for s in ("", ".hnsw", ".hnsw.json")]
+
+
+def _side_files(workdir: Path, path: str) -> list[SideFile]:
+    return [f for p in _store_files(path) for f in SideFile.collect(workdir, p)]
+
+
+def _copy_store(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", ".hnsw", ".hnsw.json"):
+        if os.path.exists(f"{src}{suffix}"):
+            shutil.copyfile(f"{src}{suffix}", f"{dst}{suffix}")
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _llm(cfg: RunConfig) -> Any:
+    """The worker process's LLM, opened once and kept for its later tasks."""
+    if "llm" not in _WORKER:
+        from metacog_fast.llm import open_llm
+        from metacog_fast.llm.uri import is_embedded
+
+        opts = {"n_threads": cfg.n_threads} if is_embedded(cfg.llm) else {}
+        _WORKER["llm"] = open_llm(cfg.llm, **opts)
+    return _WORKER["llm"]
+
+
+def make_swift(kind: str, workdir: str | Path, llm: LLM) -> RankerSwift | LLMSwift:
+    if kind == "llm":
+        return LLMSwift(llm)
+    ranker = RankerSwift(RankerModel.load(os.path.join(workdir, "ranker.npz")))
+    return ranker if kind == "ranker" else LLMSwift(llm, ranker=ranker)
+
+
+def play_task(payload: dict[str, Any], done: Mapping[str, Any], workdir: Path) -> Iterator[Record | SideFile]:
+    """Task function: one task's AMM warm-up (train variations), then every configuration on its
+    test variations. Memory stores live in ``workdir`` (the run folder's copies come in as the
+    task's inputs) and go back to the run folder before each record."""
+    from metacog_fast.scienceworld.agent import run_episode
+    from metacog_fast.scienceworld.amm import AMM
+    from metacog_fast.envs import make_env
+
+    cfg = RunConfig(**payload["config"])
+    task, name, variations = payload["task"], payload["name"], payload["variations"]
+    llm = _llm(cfg)
+    swift = make_swift(cfg.swift, workdir, llm)
+    warm_rel = f"memory/warmup/{name}.sqlite"
+    warm_path = workdir / warm_rel
+    if any(config_for(c).use_amm for c in cfg.configs) and warmup_key(name) not in done:
+        env = make_env("scienceworld", task=task, split="train", step_limit=SIMULATOR_STEP_LIMIT)
+        try:
+            for p in _store_files(str(warm_path)):
+                if os.path.exists(p):
+                    os.unlink(p)
+            warm_path.parent.mkdir(parents=True, exist_ok=True)
+            store = _open_store(str(warm_path))
+            vs = env.variations
+            # train variations after the ones used for the ranker's gold paths
+            warm_vars = [vs[(cfg.train_variations + i) % len(vs)] for i in range(cfg.warmup_per_task)]
+            acfg = config_for("amm", swift=cfg.swift, max_steps=cfg.max_steps, budget_factor=cfg.budget_factor)
+            results = []
+            for v in warm_vars:
+                res = run_episode(env, acfg, swift, llm, v, AMM(store, name, acfg.memory_k, cfg.memory_embed), "warmup")
+                results.append(res.as_dict())
+            store.close()
+        finally:
+            env.close()
+        yield from _side_files(workdir, warm_rel)
+        yield Record(warmup_key(name), {"episodes": results,
+                                        "records": sum(r["mechanisms"]["memory_writes"] for r in results)})
+    env = make_env("scienceworld", task=task, split="test", step_limit=SIMULATOR_STEP_LIMIT)
+    try:
+        for v in variations:
+            for c in cfg.configs:
+                key = episode_key(c, name, v)
+                if key in done:
+                    continue
+                acfg = config_for(c, swift=cfg.swift, max_steps=cfg.max_steps, budget_factor=cfg.budget_factor)
+                amm = store = None
+                rel = f"memory/{c}/{name}.sqlite"
+                if acfg.use_amm:
+                    # each AMM configuration continues from its own copy of the warm-up memory
+                    if not (workdir / rel).exists():
+                        _copy_store(warm_path, workdir / rel)
+                    store = _open_store(str(workdir / rel))
+                    amm = AMM(store, name, acfg.memory_k, cfg.memory_embed)
+                try:
+                    res = run_episode(env, acfg, swift, llm, v, amm, c)
+                finally:
+                    if store is not None:
+                        store.close()
+                if store is not None:
+                    yield from _side_files(workdir, rel)
+                yield Record(key, res.as_dict())
+    finally:
+        env.close()
+
+
+def ensure_ranker(folder: RunFolder, cfg: RunConfig) -> RankerModel:
+    """The imitation ranker, trained on the driver from the gold records (once per run)."""
+    path = folder.root / "ranker.npz"
+    if path.exists():
+        return RankerModel.load(str(path))
+    examples = [GoldExample(**e) for t in sorted(cfg.tasks) for e in folder.read(gold_key(t))]
+    model, stats = train_ranker(examples)
+    model.save(str(path))
+    write_json(str(folder.root / "ranker_train.json"), stats)
+    return model
+
+
+def run_protocol(run: str, cfg: RunConfig, executor: ExecutorConfig | None = None) -> dict[str, Any]:
+    """Run (or resume) ``cfg`` into folder ``run``; returns a small summary. ``executor``: where
+    the tasks run (default: in this process for ``cfg.workers`` = 1, else that many local processes)."""
+    from metacog_fast.scienceworld.env import resolve_task
+
+    cfg.validate()
+    from metacog_fast.llm.models import models_identity
+
+    folder = RunFolder(run, asdict(cfg), ignore=("workers",), snapshot="run.json",
+                       extra={"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                       identity=models_identity(llm=cfg.llm))
+    t0 = time.perf_counter()
+    gold = cfg.swift != "llm" and not (folder.root / "ranker.npz").exists()
+    names = {t: resolve_task(t) for t in cfg.tasks}
+    prep = [Task(f"prepare/{t}", {"task": t, "gold": gold, "train_variations": cfg.train_variations},
+                 (plan_key(names[t]),) + ((gold_key(t),) if gold else ())) for t in cfg.tasks]
+    run_tasks(folder, prep, prepare_task, executor, family_workers=cfg.workers, desc="scienceworld/prepare")
+    if cfg.swift != "llm":
+        ensure_ranker(folder, cfg)
+    uses_amm = any(config_for(c).use_amm for c in cfg.configs)
+    tasks = []
+    for t in cfg.tasks:
+        name = names[t]
+        variations = folder.read(plan_key(name))["test_variations"][: cfg.variations]
+        keys = ((warmup_key(name),) if uses_amm else ()) + tuple(
+            episode_key(c, name, v) for v in variations for c in cfg.configs)
+        inputs = ("ranker.npz",) + tuple(p for c in ("warmup", *cfg.configs)
+                                         for p in _store_files(f"memory/{c}/{name}.sqlite"))
+        tasks.append(Task(name, {"config": asdict(cfg), "task": t, "name": name, "variations": variations},
+                          keys, inputs=inputs))
+    played: dict[str, int] = {}
+
+    def count(key: str, _rec: Any) -> None:
+        if key.startswith("episodes/"):
+            name = key.rsplit("/", 1)[1].rsplit("__", 1)[0]
+            played[name] = played.get(name, 0) + 1
+
+    summary = run_tasks(folder, tasks, play_task, executor, family_workers=cfg.workers, desc="scienceworld",
+                        on_record=count)
+    return {"tasks": [{"task": names[t], "episodes": played.get(names[t], 0)} for t in cfg.tasks],
+            "seconds": time.perf_counter() - t0, "harness": summary.as_dict()}

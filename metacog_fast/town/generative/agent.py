@@ -1,0 +1,371 @@
+"""Generative agent with metacognition (paper 001, ReplicantLife).
+
+Each step the simulation hands the agent a :class:`StepContext` (what it notices,
+the memories retrieved for its situation, its action options) and runs
+:meth:`GenerativeAgent.think` in a worker thread. ``think`` works on a copy of the
+agent's mind and returns a :class:`Decision`; the simulation applies it only if it
+arrived within the step's time budget, else the agent continues its current plan.
+
+Inside ``think``, in order, each behind its feature flag:
+- progress self-rating every ``progress_every`` steps (metacognition): a 1-10
+  score and a reason, stored as a ``meta`` memory; below ``progress_threshold``
+  it runs :meth:`meta_cognize`;
+- reflection when the importance of memories since the last one reaches
+  ``reflect_threshold`` (reflection);
+- a plan (a sentence and a target place) when it has none (planning);
+- the choice of one action from the options, which include ``meta_cognize``;
+- for ``talk``: one line and the other agent's reply (a conversation).
+
+``meta_cognize``: the agent writes a new introspective question (different from
+the last ones; when the model repeats itself, the next unused seed question of the
+scenario is taken), adds one seed question, answers both from memories retrieved
+for each question, stores question+answer as ``meta`` memories, then decides to
+keep or change its goal, writes a strategy and picks the place that fits it.
+"""
+from __future__ import annotations
+
+import copy
+import random
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from metacog_fast.town.generative import prompts as P
+from metacog_fast.town.generative.memory import MemoryStream, PendingMemory
+
+
+@dataclass(frozen=True)
+class Features:
+    """Feature flags of the cognitive modules (the ablation switches)."""
+
+    memory: bool = True
+    """Long-term memory stream and retrieval (off: only the short-term memory reaches prompts)."""
+    reflection: bool = True
+    """Reflections when accumulated importance passes the threshold."""
+    planning: bool = True
+    """A plan (sentence + target place) that ``continue`` follows."""
+    metacognition: bool = True
+    """Progress self-rating and ``meta_cognize`` (as an action and below the threshold)."""
+
+    def label(self) -> str:
+        on = [n for n in ("memory", "reflection", "planning", "metacognition") if getattr(self, n)]
+        return "+".join(on) if on else "none"
+
+
+CHOICES = ("text", "letter")
+
+
+class AgentLLM(Protocol):
+    """What an agent needs of its model (``metacog_fast.town.llm_adapter.SimLLM`` provides it)."""
+
+    def choose(self, prompt: str, options: list[str], purpose: str,
+               cancel: threading.Event | None = None) -> int: ...
+
+    def choice(self, prompt: str, options: list[str], purpose: str,
+               cancel: threading.Event | None = None) -> Any: ...
+
+    def rate(self, prompt: str, purpose: str, cancel: threading.Event | None = None) -> int: ...
+
+    def text(self, prompt: str, purpose: str, max_tokens: int = 32, stop: list[str] | None = None,
+             cancel: threading.Event | None = None, temperature: float = 0.0, seed: int | None = None) -> str: ...
+
+
+def by_content(logprobs: list[float], options: list[str]) -> int:
+    """Index of the option with the highest log-likelihood per character of its words.
+
+    ``logprobs`` [N]: total log-likelihood of each continuation ``options`` [N]; the total favours
+    short options, the per-character mean does not (the length normalisation of multiple-choice
+    scoring)."""
+    if len(logprobs) != len(options) or not options:
+        raise ValueError(f"logprobs: expected one value per option ({len(options)}), got {len(logprobs)}")
+    per_char = [lp / max(1, len(o)) for lp, o in zip(logprobs, options)]
+    return max(range(len(options)), key=per_char.__getitem__)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Settings of the generative agent."""
+
+    retrieve_k: int = 5
+    """Memories retrieved per query."""
+    progress_every: int = 4
+    """Steps between progress self-ratings."""
+    progress_threshold: int = 5
+    """A self-rating below this triggers ``meta_cognize`` (paper: "not making enough progress")."""
+    reflect_threshold: float = 40.0
+    """Sum of importance of new memories that triggers a reflection."""
+    max_options: int = 9
+    """Most action options shown in one prompt."""
+    talk_tokens: int = 24
+    """Max tokens of one conversation line."""
+    answer_tokens: int = 32
+    """Max tokens of an introspective answer, reflection or interview answer."""
+    choice: str = "text"
+    """How the agent picks its action and its plan or strategy place: ``"text"`` scores each
+    option's own words as the continuation of the prompt, per character (a choice by content);
+    ``"letter"`` scores the letters of a lettered list (the original prompt). A 135M model's letter
+    choice is blind to content: it takes the same slot whatever the slot holds (docs/sim.md)."""
+
+    def __post_init__(self) -> None:
+        if self.choice not in CHOICES:
+            raise ValueError(f"choice: expected one of {', '.join(CHOICES)}, got {self.choice!r}")
+
+
+@dataclass(frozen=True)
+class Action:
+    """One option of the action list."""
+
+    kind: str
+    """continue, stay, move, talk, use, flee, meta_cognize, attack, accuse, invite."""
+    label: str
+    """Text shown to the LLM, e.g. ``"move to the Bunker"``."""
+    target: str | None = None
+    """Place, agent or object the action refers to."""
+
+
+@dataclass
+class Mind:
+    """The parts of an agent that thinking changes (copied per step job)."""
+
+    goal: str = ""
+    """Current goal ("" = none)."""
+    strategy: str = ""
+    """Current strategy sentence."""
+    plan: str = ""
+    """Current plan sentence."""
+    target: str | None = None
+    """Place the plan or strategy leads to."""
+    asked: list[str] = field(default_factory=list)
+    """Introspective questions asked so far (newest last)."""
+    importance_acc: float = 0.0
+    """Importance accumulated since the last reflection."""
+    progress: list[tuple[int, int, str]] = field(default_factory=list)
+    """(step, score 1-10, reason) of every self-rating."""
+    seed_next: int = 0
+    """Next scenario seed question to use."""
+
+
+@dataclass
+class StepContext:
+    """What the simulation gives an agent for one step."""
+
+    step: int
+    now: float
+    """Simulation seconds."""
+    clock: str
+    place: str
+    premise: str
+    notices: list[str]
+    """Perception and short-term memory lines."""
+    memories: list[str]
+    """Long-term memories retrieved for the situation (empty without the memory module)."""
+    options: list[Action]
+    places: list[str]
+    """Every location name (for strategy and plan targets)."""
+    meta_questions: list[str]
+    """Scenario seed questions."""
+    listener_heads: dict[str, str] = field(default_factory=dict)
+    """Prompt header of each agent this one may talk to (for the reply)."""
+
+
+@dataclass
+class Decision:
+    """The outcome of one ``think``: applied by the simulation if it arrives in time."""
+
+    action: Action
+    mind: Mind
+    memories: list[PendingMemory] = field(default_factory=list)
+    """New memories of this agent (meta, reflection, plan, own conversation lines)."""
+    events: list[tuple[str, str]] = field(default_factory=list)
+    """(kind, text) for the timeline: goal, strategy, meta, progress, reflection, plan."""
+    utterances: list[tuple[str, str, str]] = field(default_factory=list)
+    """(speaker, listener, line) of a conversation."""
+    metacognized: bool = False
+    """Whether meta_cognize ran this step."""
+
+
+class GenerativeAgent:
+    """One agent: identity, position, mind and feature flags."""
+
+    def __init__(self, name: str, description: str, personality: str, goal: str, role: str,
+                 pos: tuple[int, int], features: Features, config: AgentConfig) -> None:
+        self.name = name
+        self.description = description
+        self.personality = personality
+        self.role = role
+        self.pos = pos
+        self.alive = True
+        self.features = features
+        self.config = config
+        self.mind = Mind(goal=goal)
+        self.timeline: list[dict[str, Any]] = []
+        self.action: Action = Action("stay", "stay where I am")
+        self.knows: set[str] = set()
+        """Scenario facts the agent knows (e.g. ``"party"``)."""
+
+    # ------------------------------------------------------------------ helpers
+    def head(self, premise: str, mind: Mind | None = None) -> str:
+        m = mind or self.mind
+        return P.header(self.name, self.description, self.personality, premise, m.goal, m.strategy)
+
+    def apply(self, d: Decision, step: int) -> None:
+        """Adopt a decision that arrived in time."""
+        self.mind = d.mind
+        self.action = d.action
+        for kind, text in d.events:
+            self.timeline.append({"step": step, "kind": kind, "text": text})
+
+    # ------------------------------------------------------------------ thinking
+    def think(self, ctx: StepContext, llm: AgentLLM, memory: MemoryStream | None,
+              cancel: threading.Event | None = None) -> Decision:
+        """Decide this step's action (runs in a worker thread; touches only a copy of the mind)."""
+        mind = copy.deepcopy(self.mind)
+        d = Decision(action=Action("continue", "continue"), mind=mind)
+        f, c = self.features, self.config
+        mem = memory if f.memory else None
+        if f.metacognition and ctx.step > 0 and ctx.step % c.progress_every == 0:
+            score = self.rate_progress(ctx, llm, mind, d, cancel)
+            if score < c.progress_threshold:
+                self.meta_cognize(ctx, llm, mem, mind, d, cancel)
+        if f.reflection and mem is not None and mind.importance_acc >= c.reflect_threshold:
+            self.reflect(ctx, llm, mind, d, cancel)
+        if f.planning and not mind.plan:
+            self.make_plan(ctx, llm, mind, d, cancel)
+        opts = ctx.options[: c.max_options]
+        if not f.metacognition:
+            opts = [o for o in opts if o.kind != "meta_cognize"]
+        head = self.head(ctx.premise, mind)
+        notes = ctx.notices + ([f"my plan: {mind.plan}"] if mind.plan else [])
+        d.action = opts[self._pick(llm, "action", cancel, [o.label for o in opts],
+                                   lambda labels: P.action_text(head, self.name, ctx.clock, ctx.place, notes,
+                                                                ctx.memories, labels),
+                                   lambda labels: P.action(head, self.name, ctx.clock, ctx.place, notes,
+                                                           ctx.memories, labels))]
+        if d.action.kind == "meta_cognize":
+            if not d.metacognized:
+                self.meta_cognize(ctx, llm, mem, mind, d, cancel)
+        elif d.action.kind == "talk" and d.action.target in ctx.listener_heads:
+            self.converse(ctx, llm, d.action.target, head, d, cancel)
+        return d
+
+    def rate_progress(self, ctx: StepContext, llm: AgentLLM, mind: Mind, d: Decision,
+                      cancel: threading.Event | None) -> int:
+        """Rate progress toward the goal 1-10 with a reason; stored as a meta memory."""
+        head = self.head(ctx.premise, mind)
+        recent = (ctx.notices + ctx.memories)[:6]
+        prompt = P.progress(head, self.name, recent)
+        score = llm.rate(prompt, "progress", cancel)
+        reason = llm.text(P.progress_reason(prompt, score), "progress", max_tokens=24, cancel=cancel)
+        mind.progress.append((ctx.step, score, reason))
+        text = f"{self.name} rated own progress toward the goal '{mind.goal or 'none yet'}' {score}/10: {reason}"
+        d.memories.append(PendingMemory(self.name, text, "meta", ctx.place))
+        d.events.append(("progress", f"{score}/10 {reason}"))
+        return score
+
+    def meta_cognize(self, ctx: StepContext, llm: AgentLLM, mem: MemoryStream | None, mind: Mind, d: Decision,
+                     cancel: threading.Event | None) -> None:
+        """Introspective questions answered from memory; goal and strategy revision."""
+        d.metacognized = True
+        head = self.head(ctx.premise, mind)
+        thoughts = (ctx.memories + ctx.notices)[:5]
+        q_new = llm.text(P.question(head, self.name, thoughts, mind.asked), "meta", max_tokens=24,
+                         stop=["\n", "?"], cancel=cancel)
+        questions = []
+        if q_new and not _seen(q_new, mind.asked):
+            questions.append(q_new.rstrip("?") + "?")
+        seeds = ctx.meta_questions
+        for _ in range(len(seeds)):
+            s = seeds[mind.seed_next % len(seeds)]
+            mind.seed_next += 1
+            if not _seen(s, questions) and (len(questions) == 0 or not _seen(s, mind.asked[-2:])):
+                questions.append(s)
+                break
+        answers = []
+        for q in questions[:2]:
+            recalled = mem.retrieve_text(self.name, [q], self.config.retrieve_k, ctx.now)[0] if mem else ctx.notices[:5]
+            a = llm.text(P.answer(head, self.name, q, recalled), "meta", max_tokens=self.config.answer_tokens,
+                         cancel=cancel)
+            mind.asked.append(q)
+            text = f"{self.name} asked themself: {q} Answer: {a or '(no answer)'}"
+            answers.append(f"{q} {a}")
+            d.memories.append(PendingMemory(self.name, text, "meta", ctx.place))
+            d.events.append(("meta", f"{q} -> {a}"))
+        change = not mind.goal or llm.choose(P.keep_goal(head, self.name, answers), [" A", " B"], "meta", cancel) == 1
+        if change:
+            g = llm.text(P.new_goal(head, self.name, answers), "meta", max_tokens=16, cancel=cancel)
+            if g:
+                mind.goal = g.rstrip(".")
+                d.events.append(("goal", mind.goal))
+                d.memories.append(PendingMemory(self.name, f"{self.name} set a new goal: {mind.goal}", "meta", ctx.place))
+        head = self.head(ctx.premise, mind)
+        s = llm.text(P.new_strategy(head, self.name, mind.goal or "get through the day", answers), "meta",
+                     max_tokens=20, cancel=cancel)
+        if s:
+            mind.strategy = s.rstrip(".")
+        places = self._shuffled(ctx, "strategy")
+        purpose = f"Strategy: {mind.strategy or 'none'}."
+        j = self._pick(llm, "meta", cancel, places, lambda ps: P.place_for_text(head, self.name, purpose, ps),
+                       lambda ps: P.place_for(head, self.name, purpose, ps))
+        mind.target = places[j]
+        mind.plan = f"{mind.strategy or 'go'} (at the {mind.target})"
+        d.events.append(("strategy", f"{mind.strategy or '(none)'} -> {mind.target}"))
+        d.memories.append(PendingMemory(
+            self.name, f"{self.name}'s new strategy: {mind.strategy or 'go to the ' + mind.target}; "
+                       f"best place: {mind.target}", "meta", ctx.place))
+
+    def reflect(self, ctx: StepContext, llm: AgentLLM, mind: Mind, d: Decision, cancel: threading.Event | None) -> None:
+        insight = llm.text(P.reflection(self.head(ctx.premise, mind), self.name, ctx.memories[:6]), "reflection",
+                           max_tokens=self.config.answer_tokens, cancel=cancel)
+        mind.importance_acc = 0.0
+        if insight:
+            d.memories.append(PendingMemory(self.name, f"{self.name} realised: {insight}", "reflection", ctx.place))
+            d.events.append(("reflection", insight))
+
+    def make_plan(self, ctx: StepContext, llm: AgentLLM, mind: Mind, d: Decision, cancel: threading.Event | None) -> None:
+        head = self.head(ctx.premise, mind)
+        text = llm.text(P.plan(head, self.name, ctx.memories[:4]), "plan", max_tokens=20, cancel=cancel)
+        places = self._shuffled(ctx, "plan")
+        purpose = f"Plan: {text or 'none'}."
+        j = self._pick(llm, "plan", cancel, places, lambda ps: P.place_for_text(head, self.name, purpose, ps),
+                       lambda ps: P.place_for(head, self.name, purpose, ps))
+        mind.plan = text or f"go to the {places[j]}"
+        mind.target = places[j]
+        d.events.append(("plan", f"{mind.plan} -> {mind.target}"))
+        d.memories.append(PendingMemory(self.name, f"{self.name} plans to {mind.plan}", "plan", ctx.place))
+
+    def _pick(self, llm: AgentLLM, purpose: str, cancel: threading.Event | None, options: list[str],
+              text_prompt: Any, letter_prompt: Any) -> int:
+        """Index of the chosen option, by its words or by its letter (``AgentConfig.choice``)."""
+        if self.config.choice == "letter":
+            return llm.choose(letter_prompt(options), P.letter_options(len(options)), purpose, cancel)
+        words = [f" {o}" for o in options]
+        return by_content(list(llm.choice(text_prompt(options), words, purpose, cancel).logprobs), words)
+
+    def _shuffled(self, ctx: StepContext, what: str) -> list[str]:
+        """Places in a per-(agent, step, purpose) seeded order: a small model's bias toward the
+        first letter must not send every agent to the same place."""
+        rng = random.Random(f"{self.name}/{ctx.step}/{what}")
+        places = list(ctx.places)
+        rng.shuffle(places)
+        return places
+
+    def converse(self, ctx: StepContext, llm: AgentLLM, other: str, head: str, d: Decision,
+                 cancel: threading.Event | None) -> None:
+        line = llm.text(P.say(head, self.name, other, ctx.place, ctx.memories[:3]), "talk",
+                        max_tokens=self.config.talk_tokens, stop=['"', "\n"], cancel=cancel)
+        if not line:
+            return
+        d.utterances.append((self.name, other, line))
+        back = llm.text(P.reply(ctx.listener_heads[other], other, self.name, line), "talk",
+                        max_tokens=self.config.talk_tokens, stop=['"', "\n"], cancel=cancel)
+        if back:
+            d.utterances.append((other, self.name, back))
+
+
+def _norm(s: str) -> str:
+    return "".join(ch for ch in s.lower() if ch.isalnum() or ch == " ").strip()
+
+
+def _seen(q: str, previous: list[str]) -> bool:
+    n = _norm(q)
+    return any(_norm(p) == n for p in previous)
