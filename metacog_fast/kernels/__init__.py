@@ -1,6 +1,9 @@
-"""Public kernels: the stable import path of the ops in ``metacog_fast/ops/<op>/`` (each with its
-checks, one dispatch table, its readable torch reference ``naive.py`` and its backend glue).
-Names are imported lazily so that ``import metacog_fast.kernels`` is cheap.
+"""Public kernels: the one public import path of the ops in ``metacog_fast/ops/<op>/`` (each with
+its checks, one dispatch table, its readable torch reference ``naive.py`` and its backend glue;
+``metacog_fast.ops`` is the implementation, private by convention).
+
+Names are imported lazily (on first attribute access) so that ``import metacog_fast.kernels``
+imports neither torch nor numpy nor any op.
 
 See docs/kernels.md for the API and shapes.
 """

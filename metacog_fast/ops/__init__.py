@@ -1,4 +1,9 @@
-"""The compiled kernels, one folder per op (the public import path is :mod:`metacog_fast.kernels`).
+"""The compiled kernels, one folder per op: the implementation behind :mod:`metacog_fast.kernels`.
+
+Private by convention: code outside the package (users, examples, docs) imports the public names
+from :mod:`metacog_fast.kernels`; ``metacog_fast.ops.<op>`` is for the package's own internal use
+(unchecked fast paths, dispatch tables, size helpers) and for tests against the ``naive.py``
+references. Names here may move without notice.
 
 Each ``metacog_fast/ops/<op>/`` holds:
 
