@@ -350,7 +350,7 @@ def test_permutation_matches_llama_cpp_layout():
 
 
 def test_ship_model_records_the_adapters_own_evaluation(trained, tmp_path, monkeypatch):
-    """scripts/ship_model.py copies an adapter export into a models root with the evaluation read
+    """`metacog finetune ship` copies an adapter export into a models root with the evaluation read
     from that adapter's own `finetune eval` record; the shipped name then loads by name. It refuses
     an evaluation of another model, a merged export and a --paired file that does not exist."""
     import hashlib
@@ -367,10 +367,9 @@ def test_ship_model_records_the_adapters_own_evaluation(trained, tmp_path, monke
     evaluate(tmp_path / "eval_m", EvalConfig(llm=f"llama-cpp://{tmp_path / 'm'}", tasks=1, max_steps=2,
                                                      workers=1))
     (tmp_path / "cmp.json").write_text("{}")
-    script = Path(__file__).resolve().parents[1] / "scripts" / "ship_model.py"
 
     def ship(adapter, evaluation, paired="cmp.json"):
-        return subprocess.run([sys.executable, str(script), "--adapter", str(tmp_path / adapter),
+        return subprocess.run([sys.executable, "-m", "metacog_fast", "finetune", "ship", "--adapter", str(tmp_path / adapter),
                                "--evaluation", str(tmp_path / evaluation), "--record", "results/x",
                                "--paired", f"vs_base={tmp_path / paired}", "--reproduce", "bash x.sh",
                                "--description", "a tiny actor", "--name", "tiny-shipped",
@@ -409,10 +408,9 @@ def test_ship_model_ships_a_reflector_with_its_compare_record(trained, tmp_path)
     (tmp_path / "cmp.json").write_text(json.dumps(cmp))
     cmp["identity_a"]["reflector"]["adapter_sha256"] = "0" * 64
     (tmp_path / "cmp_other.json").write_text(json.dumps(cmp))
-    script = Path(__file__).resolve().parents[1] / "scripts" / "ship_model.py"
 
     def ship(evaluation):
-        return subprocess.run([sys.executable, str(script), "--adapter", str(tmp_path / "a"), "--role", "reflector",
+        return subprocess.run([sys.executable, "-m", "metacog_fast", "finetune", "ship", "--adapter", str(tmp_path / "a"), "--role", "reflector",
                                "--evaluation", str(tmp_path / evaluation), "--record", "results/y",
                                "--reproduce", "bash y.sh", "--description", "a tiny reflector", "--name", "tiny-refl",
                                "--models-root", str(tmp_path / "root")], capture_output=True, text=True)

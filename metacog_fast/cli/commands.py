@@ -82,6 +82,10 @@ COMMANDS: tuple[Command, ...] = (
     Command(("finetune",), "pre-deployment fine-tuning of the ALFWorld actor "
                            "(metacog finetune data|sft|export|eval|compare|reflections|dpo)",
             "metacog_fast.alfworld.cli_finetune:attach"),
+    Command(("experiment",), "run an experiment file experiments/NAME.toml step by step, resumable "
+                             "(metacog experiment run|list|show)", "metacog_fast.cli.experiment:attach"),
+    Command(("serve",), "start/stop an OpenAI-compatible llama.cpp server on 127.0.0.1 (metacog serve start|stop)",
+            "metacog_fast.cli.experiment:attach_serve"),
 )
 
 

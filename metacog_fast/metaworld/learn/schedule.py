@@ -1,5 +1,5 @@
 """Several learning runs (tasks x seeds) advanced one at a time, in rounds, in one process
-(``metacog train learn-all``; ``scripts/metaworld_learning.sh`` runs it in the background).
+(``metacog train learn-all``; ``metacog experiment run metaworld_learning`` runs it).
 
 Round r trains every run up to ``min(r * stage_steps, env_steps)`` env steps, in order, before any
 run goes further, so that at any moment all runs have curves of about the same length. A round is
