@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from metacog_fast.alfworld.agents import EpisodeContext
 from metacog_fast.alfworld.fewshot import strip_intro
+from metacog_fast.envs.driver import Step, play
 
 if TYPE_CHECKING:
     from metacog_fast.alfworld.agents import ReActAgent
@@ -34,36 +35,36 @@ def run_episode(env: Env, agent: ReActAgent, llm: LLM, game: str, gamefile: str,
     ``reflector``: the reflection LLM where it is not ``llm``; its calls count in the record's totals."""
     t_start = time.perf_counter()
     c0, p0, g0, s0 = llm_totals(llm, reflector)
-    env_s = 0.0
     t = time.perf_counter()
     obs, info = env.reset(game=gamefile)
-    env_s += time.perf_counter() - t
+    reset_s = time.perf_counter() - t
     ctx = EpisodeContext(game=game, task=info["task"] if info["task"].startswith("Your task") else
                          f"Your task is to: {info['task']}", task_type=info["task_type"],
                          intro=strip_intro(obs), episode=episode)
     begin = agent.begin(ctx)
     pairs: list[list[str]] = []
     steps: list[dict[str, Any]] = []
-    won = done = False
-    for _ in range(max_steps):
-        t_step = time.perf_counter()
+    decisions: list[tuple[Any, float]] = []  # (decision, its LLM seconds)
+
+    def policy(obs: str, info: dict[str, Any]) -> str:
         llm_before = llm.usage.seconds
         dec = agent.act(info.get("admissible"))
+        decisions.append((dec, llm.usage.seconds - llm_before))
+        return dec.action
+
+    def observe(step: Step) -> None:
         t = time.perf_counter()
-        obs, _r, done, info = env.step(dec.action)
-        step_env = time.perf_counter() - t
-        env_s += step_env
-        obs = " ".join(obs.split())
-        agent.observe(dec.action, obs)
-        pairs.append([dec.action, obs])
-        step_llm = llm.usage.seconds - llm_before
-        wall = time.perf_counter() - t_step
+        obs = " ".join(step.obs.split())
+        agent.observe(step.action, obs)
+        pairs.append([step.action, obs])
+        dec, step_llm = decisions[-1]
+        own = step.policy_seconds - step_llm + time.perf_counter() - t
         steps.append({"action": dec.action, "proposed": dec.proposed, "how": dec.how, "thinks": dec.thinks,
-                      "llm_seconds": step_llm, "env_seconds": step_env,
-                      "agent_seconds": max(0.0, wall - step_llm - step_env), **dec.info})
-        won = bool(info.get("won"))
-        if done or won:
-            break
+                      "llm_seconds": step_llm, "env_seconds": step.env_seconds,
+                      "agent_seconds": max(0.0, own), **dec.info})
+
+    ep = play(env, policy, max_steps, start=(obs, info), stop_on_success=True, on_step=observe)
+    won, done = ep.final_success, ep.done
     c1, p1, g1, s1 = llm_totals(llm, reflector)
     llm_episode = s1 - s0
     end = agent.end(won, [tuple(p) for p in pairs])
@@ -75,7 +76,7 @@ def run_episode(env: Env, agent: ReActAgent, llm: LLM, game: str, gamefile: str,
         "plan": begin.get("plan", ""),
         "llm": {"calls": c2 - c0, "prompt_tokens": p2 - p0, "completion_tokens": g2 - g0, "seconds": s2 - s0,
                 "seconds_acting": llm_episode, "seconds_reflecting": s2 - s1},
-        "env_seconds": env_s,
+        "env_seconds": reset_s + ep.env_seconds,
         "agent_seconds": sum(s["agent_seconds"] for s in steps),
         "wall_seconds": time.perf_counter() - t_start,
     }

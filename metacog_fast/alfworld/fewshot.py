@@ -17,6 +17,7 @@ from typing import Any
 
 from metacog_fast.alfworld.store import write_json_atomic
 from metacog_fast.alfworld.env import TASK_TYPES
+from metacog_fast.envs.driver import Step, play, sequence_policy
 
 
 _OBJ = r"(?P<obj>[a-z]+(?: [a-z]+)*?) \d+"
@@ -88,14 +89,14 @@ def record_example(env: Any, game: Path, max_steps: int) -> Example | None:
         return None
     plan = plan_from_walkthrough(walk)
     steps: list[list[str]] = [[f"think: To do this, I will {'; then '.join(plan)}.", "OK."]]
-    for i, a in enumerate(walk):
-        t = think_before(a)
-        if t is not None and i > 0:
+
+    def record(step: Step) -> None:
+        t = think_before(step.action)
+        if t is not None and step.t > 0:
             steps.append([t, "OK."])
-        o, _r, done, info = env.step(a)
-        steps.append([a, " ".join(o.split())])
-        if done:
-            break
+        steps.append([step.action, " ".join(step.obs.split())])
+
+    info = play(env, sequence_policy(walk), None, start=(obs, info), on_step=record).info
     if not info.get("won"):
         return None
     return Example(task_type=info["task_type"], gamefile=str(Path(*game.parts[-3:])), intro=strip_intro(obs),

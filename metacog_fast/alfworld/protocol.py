@@ -369,7 +369,7 @@ def pretrain(out_dir: str | Path, pre: PretrainConfig | None = None, run: RunCon
 def expert_examples(games: Sequence[dict[str, str]], split: str, data: str | None) -> list[dict[str, Any]]:
     """Chunks of each game's expert walkthrough, label 1, plan derived from the walkthrough."""
     from metacog_fast.alfworld.fewshot import format_plan, plan_from_walkthrough
-    from metacog_fast.envs import make_env
+    from metacog_fast.envs import make_env, play, sequence_policy
     from metacog_fast.scoring import chunk_episode
 
     out = []
@@ -378,12 +378,9 @@ def expert_examples(games: Sequence[dict[str, str]], split: str, data: str | Non
         for g in games:
             obs, info = env.reset(game=g["gamefile"])
             walk = list(env.walkthrough)
-            pairs = []
-            for a in walk:
-                o, _r, done, info = env.step(a)
-                pairs.append((a, " ".join(o.split())))
-                if done:
-                    break
+            ep = play(env, sequence_policy(walk), None, start=(obs, info))
+            pairs = [(a, " ".join(o.split())) for a, o in zip(ep.actions, ep.observations[1:])]
+            info = ep.info
             if not info.get("won"):
                 continue
             task = info["task"] if info["task"].startswith("Your task") else f"Your task is to: {info['task']}"

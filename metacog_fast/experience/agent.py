@@ -268,6 +268,7 @@ class PlanExecuteAgent:
         return [c for i, c in enumerate(commands) if i in keep]
 
     def env_step(self, action: str, verifier: bool = False) -> str:
+        # Not envs.play: one episode spans sub-tasks, verifier probes and turns that never reach the env.
         obs, _reward, done, info = self.env.step(action)
         self.loops.record(action, str(obs))
         if verifier:

@@ -6,6 +6,8 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from metacog_fast.envs.driver import STOP, play
+from metacog_fast.envs.driver import Step as DriverStep
 from metacog_fast.scienceworld.amm import AMM, EpisodicRecord, is_invalid, salience
 from metacog_fast.scienceworld.config import AgentConfig
 from metacog_fast.scienceworld.grounding import Gate1, ValidSet
@@ -118,13 +120,15 @@ class DualProcessAgent:
         no_progress = 0
         last_invalid = False
         swift_failed = False
-        done = False
         errored = False
         won = False
-        t = 0
         t0 = time.perf_counter()
         budget = cfg.budget(gold_len)
-        for t in range(budget):
+        source = "swift"
+
+        def policy(_obs: str, _info: dict[str, Any]) -> str:
+            nonlocal llm_s, last_sage, last_critic, no_progress, source
+            t = len(actions)
             vs = ValidSet(valid, room)
             state = SwiftState(task, obs, last_action, valid, executed)
             if self.amm is not None and swift_failed:
@@ -186,9 +190,11 @@ class DualProcessAgent:
                 if cfg.use_srm:
                     g = gate(action, vs)
                     action = g.action if g.action is not None else "look around"
-            te = time.perf_counter()
-            obs2, _r, done, info = env.step(action)
-            env_s += time.perf_counter() - te
+            return action
+
+        def observe(step: DriverStep) -> Any:
+            nonlocal obs, score, room, valid, last_action, swift_failed, last_invalid, no_progress, errored, won
+            action, obs2, info = step.action, step.obs, step.info
             new_score = float(info.get("score", score))
             errored = bool(info.get("errored", False))
             won = bool(info.get("won", False))
@@ -216,8 +222,11 @@ class DualProcessAgent:
             no_progress = 0 if delta > 0 else no_progress + 1
             last_action, obs, score, room = action, obs2, new_score, new_room
             valid = list(info.get("admissible") or valid)
-            if done or errored or won:
-                break
+            return STOP if errored else None  # done and won end the episode in play()
+
+        ep = play(env, policy, budget, start=(obs, info), stop_on_success=True, on_step=observe)
+        env_s += ep.env_seconds
+        info = ep.info
         total = time.perf_counter() - t0
         m.gate1_checks, m.gate1_repairs, m.gate1_drops = gate.stats.checked, gate.stats.repaired, gate.stats.dropped
         mech = asdict(m)

@@ -31,6 +31,7 @@ from typing import Any
 from metacog_fast._atomic import atomic_open
 from metacog_fast.runs.records import read_json, write_json_atomic
 from metacog_fast.scienceworld.swift import SwiftState, swift_option, swift_prompt
+from metacog_fast.envs.driver import play
 from metacog_fast.finetune.base import sha256_file
 
 SOURCE = "scienceworld_gold"
@@ -98,17 +99,19 @@ def play_gold(env: Any, variation: int, task_index: int) -> dict[str, Any]:
     gold = list(env.gold_path)
     steps: list[dict[str, Any]] = []
     executed: dict[str, int] = {}
-    last = ""
-    done = False
-    for k, a in enumerate(gold):
-        valid = list(info["admissible"])
-        steps.append({"k": k, "task": info["task"], "observation": obs, "last_action": last,
+
+    def policy(obs: str, info: dict[str, Any]) -> str | None:
+        k = len(steps)
+        if k == len(gold):
+            return None
+        a, valid = gold[k], list(info["admissible"])
+        steps.append({"k": k, "task": info["task"], "observation": obs, "last_action": gold[k - 1] if k else "",
                       "executed": dict(executed), "gold": a, "admissible": a in valid, "n_valid": len(valid)})
-        obs, _r, done, info = env.step(a)
         executed[a] = executed.get(a, 0) + 1
-        last = a
-        if done:
-            break
+        return a
+
+    ep = play(env, policy, None, start=(obs, info))
+    info, done = ep.info, ep.done
     return {"task_name": env.task, "task_index": task_index, "variation": variation, "split": env.config.split,
             "gold_path": gold, "steps": steps, "score": float(info.get("score", 0.0)), "won": bool(info.get("won")),
             "done": bool(done), "errored": bool(info.get("errored")), "restarts": int(getattr(env, "restarts", 0))}

@@ -19,6 +19,7 @@ from metacog_fast.scienceworld.config import CONFIG_NAMES, SWIFT_KINDS, config_f
 from metacog_fast.scienceworld.store import write_json
 from metacog_fast.runs import ExecutorConfig, Record, RunFolder, SideFile, Task, run_tasks
 from metacog_fast.scienceworld.swift import GoldExample, LLMSwift, RankerModel, RankerSwift, train_ranker
+from metacog_fast.envs.driver import play
 
 if TYPE_CHECKING:
     from metacog_fast.envs.base import Env
@@ -104,16 +105,22 @@ def walk_gold(env: Env, variation: int) -> list[GoldExample]:
     obs, info = env.reset(variation=variation)
     out: list[GoldExample] = []
     executed: dict[str, int] = {}
+    gold = iter(env.gold_path)
     last = ""
-    for a in env.gold_path:
+
+    def policy(obs: str, info: dict[str, Any]) -> str | None:
+        nonlocal last
+        a = next(gold, None)
+        if a is None:
+            return None
         valid = list(info["admissible"])
         if a in valid:
             out.append(GoldExample(info["task"], obs, last, valid, dict(executed), a))
-        obs, _r, done, info = env.step(a)
         executed[a] = executed.get(a, 0) + 1
         last = a
-        if done:
-            break
+        return a
+
+    play(env, policy, None, start=(obs, info))
     return out
 
 

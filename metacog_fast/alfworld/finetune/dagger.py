@@ -35,6 +35,7 @@ from metacog_fast.alfworld.fewshot import strip_intro
 from metacog_fast.alfworld.protocol import game_key
 from metacog_fast.alfworld.store import read_json, write_json_atomic
 from metacog_fast.alfworld.finetune.data import HELD_OUT_SPLITS, select_walkthrough_games
+from metacog_fast.envs.driver import Step, play
 from metacog_fast.finetune.base import sha256_file
 from metacog_fast.alfworld.finetune.reflections import claim_collection, claim_identity
 
@@ -88,8 +89,8 @@ def play_dagger_game(env: Any, agent: Any, gamefile: Path, cfg: DaggerConfig) ->
                                intro=strip_intro(obs), episode=0))
     steps: list[dict[str, Any]] = []
     loss_steps: list[int] = []
-    done = False
-    for _ in range(cfg.max_steps):
+
+    def policy(obs: str, info: dict[str, Any]) -> str:
         label = env.handcoded_action()
         n_thinks = len(agent.lines)
         dec = agent.act(info.get("admissible"))
@@ -99,14 +100,15 @@ def play_dagger_game(env: Any, agent: Any, gamefile: Path, cfg: DaggerConfig) ->
             taken, by = proposed, ("agreed" if label is not None else "actor")
         else:
             taken, by = (label, "expert") if rng.random() < cfg.beta else (proposed, "actor")
-        obs, _r, done, info = env.step(taken)
-        obs = " ".join(obs.split())
-        agent.observe(taken, obs)
-        if by in ("agreed", "expert"):
-            loss_steps.append(len(agent.lines) - 1)
         steps.append({"taken": taken, "by": by, "label": label, "proposed": proposed, "thinks": len(thinks)})
-        if done or info.get("won"):
-            break
+        return taken
+
+    def observe(step: Step) -> None:
+        agent.observe(step.action, " ".join(step.obs.split()))
+        if steps[-1]["by"] in ("agreed", "expert"):
+            loss_steps.append(len(agent.lines) - 1)
+
+    info = play(env, policy, cfg.max_steps, start=(obs, info), stop_on_success=True, on_step=observe).info
     # Thoughts stay in the transcript exactly as the actor saw them (as ``think: ...`` / ``OK.`` lines).
     return {"id": f"alfworld_dagger/{cfg.split}/{game_key(gamefile)}", "source": "alfworld_dagger",
             "split": cfg.split, "gamefile": str(Path(*gamefile.parts[-3:])), "task_type": info["task_type"],

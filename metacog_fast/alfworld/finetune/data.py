@@ -37,6 +37,7 @@ from typing import Any, Iterable, Sequence
 from metacog_fast.finetune.base import sha256_file
 from metacog_fast._atomic import atomic_open
 from metacog_fast.alfworld.fewshot import strip_intro
+from metacog_fast.envs.driver import Episode, play, sequence_policy
 from metacog_fast.alfworld.protocol import game_key
 from metacog_fast.alfworld.store import read_json, write_json_atomic
 from metacog_fast.alfworld.env import SPLITS, TASK_TYPES
@@ -126,15 +127,17 @@ def select_walkthrough_games(split: str, max_games: int | None, data: str | None
     return out[skip_games:]
 
 
+def _pairs(ep: Episode) -> list[list[str]]:
+    """[[action, observation with whitespace runs collapsed], ...] of a played episode."""
+    return [[a, " ".join(o.split())] for a, o in zip(ep.actions, ep.observations[1:])]
+
+
 def play_walkthrough(env: Any, gamefile: Path, split: str) -> dict[str, Any]:
     """Play ``gamefile``'s expert walkthrough; the example record (``won`` says if it solved it)."""
     obs, info = env.reset(game=str(gamefile))
-    pairs: list[list[str]] = []
-    for a in list(env.walkthrough):
-        o, _r, done, info = env.step(a)
-        pairs.append([a, " ".join(o.split())])
-        if done:
-            break
+    ep = play(env, sequence_policy(env.walkthrough), None, start=(obs, info))
+    pairs = _pairs(ep)
+    info = ep.info
     return {"id": f"alfworld_expert/{split}/{game_key(gamefile)}", "source": "alfworld_expert", "split": split,
             "gamefile": str(Path(*gamefile.parts[-3:])), "task_type": info["task_type"], "intro": strip_intro(obs),
             "pairs": pairs, "won": bool(info.get("won"))}
@@ -144,14 +147,9 @@ def play_handcoded(env: Any, gamefile: Path, split: str) -> dict[str, Any]:
     """Play ALFWorld's hand-coded expert on ``gamefile`` until it wins, gives up or the episode
     ends (``env`` made with ``handcoded_expert=True``; its episode limit is the step budget)."""
     obs, info = env.reset(game=str(gamefile))
-    pairs: list[list[str]] = []
-    done = False
-    while not done:
-        a = env.handcoded_action()
-        if a is None:
-            break
-        o, _r, done, info = env.step(a)
-        pairs.append([a, " ".join(o.split())])
+    ep = play(env, lambda obs, info: env.handcoded_action(), None, start=(obs, info))
+    pairs = _pairs(ep)
+    info = ep.info
     return {"id": f"alfworld_handcoded/{split}/{game_key(gamefile)}", "source": "alfworld_handcoded", "split": split,
             "gamefile": str(Path(*gamefile.parts[-3:])), "task_type": info["task_type"], "intro": strip_intro(obs),
             "pairs": pairs, "won": bool(info.get("won")), "expert_gave_up": env._expert.gave_up}

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from metacog_fast.envs.driver import play
 from metacog_fast.metaworld.muse_wm import MuseWMAgent
 from metacog_fast.metrics import wilson_interval
 
@@ -34,21 +35,12 @@ class EvalEpisode:
 
 def eval_episode(env: Any, agent: MuseWMAgent, T_max: int, reset_seed: int) -> EvalEpisode:
     """One episode acting with the actor's mean (``eps`` = 0; the latents are still sampled)."""
-    obs, _ = env.reset(seed=reset_seed)
+    obs, info = env.reset(seed=reset_seed)
     agent.reset()
     eps = np.zeros((1, 1, agent.sizes.A), np.float32)
-    ret, t_success, success = 0.0, -1, False
-    steps = 0
-    for t in range(T_max):
-        obs, r, done, info = env.step(agent.act(obs, eps=eps))
-        ret += r
-        steps += 1
-        success = bool(info["success"])
-        if success and t_success < 0:
-            t_success = t + 1
-        if done:
-            break
-    return EvalEpisode(reset_seed, float(ret), t_success >= 0, success, t_success, steps)
+    ep = play(env, lambda obs, info: agent.act(obs, eps=eps), T_max, start=(obs, info))
+    t_success = ep.first_success if ep.first_success is not None else -1
+    return EvalEpisode(reset_seed, float(ep.return_), t_success >= 0, ep.final_success, t_success, ep.steps)
 
 
 def evaluation_record(episodes: list[EvalEpisode], confidence: float = 0.95) -> dict[str, Any]:

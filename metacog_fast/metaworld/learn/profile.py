@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from metacog_fast.envs.driver import play
 from metacog_fast.metaworld.models.dreamer import Dreamer
 from metacog_fast.metaworld.learn.config import LearnConfig
 from metacog_fast.metaworld.train.replay import ReplayBuffer
@@ -55,12 +56,14 @@ def profile_env_steps(cfg: LearnConfig, steps: int = 1000) -> dict[str, float]:
     w, enc = Dreamer(cfg.model).acting_weights()
     agent = MuseWMAgent(w, enc, ActConfig(self_regulation=False), classes=cfg.model.C, seed=0)
     env = MetaWorldEnv(task=cfg.task, seed=0, max_episode_steps=cfg.max_episode_steps)
-    obs, _ = env.reset(seed=0)
+    start = env.reset(seed=0)
     t0 = time.perf_counter()
-    for t in range(steps):
-        obs, _, done, _ = env.step(agent.act(obs))
-        if done:
-            obs, _ = env.reset(seed=t)
+    t = 0
+    while t < steps:
+        ep = play(env, lambda obs, info: agent.act(obs), steps - t, start=start)
+        t += ep.steps
+        if ep.done:  # the next layout is seeded with the global index of the episode's last step
+            start = env.reset(seed=t - 1)
             agent.reset()
     dt = time.perf_counter() - t0
     env.close()

@@ -3,7 +3,6 @@ MUSE self-regulates at every step (Algorithm 1) and reports its competence estim
 acts with the actor alone."""
 from __future__ import annotations
 
-import time
 from typing import Any
 
 
@@ -11,6 +10,7 @@ def _episode(task: str, steps: int, checkpoint: str | None, self_regulation: boo
              seed: int) -> dict[str, Any]:
     import numpy as np
 
+    from metacog_fast.envs.driver import Step, play
     from metacog_fast.metaworld.muse_wm import MuseWMAgent
     from metacog_fast.metaworld.models.dreamer import Dreamer, DreamerConfig
     from metacog_fast.ops.rssm import resolved_backend
@@ -24,22 +24,24 @@ def _episode(task: str, steps: int, checkpoint: str | None, self_regulation: boo
         w, enc = Dreamer(DreamerConfig(seed=seed)).acting_weights()
         agent = MuseWMAgent(w, enc, act, seed=seed)
     env = make_metaworld(task, seed, steps, novel=True)
-    obs, _ = env.reset()
+    start = env.reset()
     agent.reset()
-    act_s, psis, success, n = 0.0, [], False, 0
-    for i in range(steps):
-        t0 = time.perf_counter()
+    act_s, psis = 0.0, []
+
+    def policy(obs: Any, info: dict[str, Any]) -> Any:
         a = agent.act(obs)
-        if i:  # the first call prepares (validates, packs) the weights
-            act_s += time.perf_counter() - t0
-        n += 1
         if self_regulation:
             psis.append(float(agent.psi.sum()))
-        obs, _, done, info = env.step(a)
-        success |= bool(info["success"])
-        if done:
-            break
+        return a
+
+    def timed(step: Step) -> None:
+        nonlocal act_s
+        if step.t:  # the first call prepares (validates, packs) the weights
+            act_s += step.policy_seconds
+
+    ep = play(env, policy, steps, start=start, on_step=timed)
     env.close()
+    n, success = ep.steps, ep.success
     return {"steps": n, "decisions_per_second": (n - 1) / act_s if act_s else float("nan"), "success": success,
             "psi_sums": psis, "mean_psi_sum": float(np.mean(psis)) if psis else None,
             "backend": resolved_backend(agent.w, agent.h, backend)}

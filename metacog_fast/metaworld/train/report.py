@@ -331,6 +331,7 @@ def assess_on_scripted(stem: str | Path, tasks: tuple[str, ...], episodes_per_ta
     the same per task (``per_task``), pooled without the random-only episodes
     (``without_random_only``: delay >= 1, the expert never acts) and one record per episode.
     ``keep_signal``: also return ``_signal`` = (Σψ [R], episode success [R]) for a ROC plot."""
+    from metacog_fast.envs.driver import play
     from metacog_fast.metaworld.muse_wm import MuseWMAgent
     from metacog_fast.metrics import quantile_labels
     from metacog_fast.metaworld.train.checkpoint import read_config
@@ -350,21 +351,21 @@ def assess_on_scripted(stem: str | Path, tasks: tuple[str, ...], episodes_per_ta
         for k in range(episodes_per_task):
             noise = sc.noise_levels[k % len(sc.noise_levels)]
             delay = sc.delay_fractions[(k + ti) % len(sc.delay_fractions)]
-            obs, _ = env.reset(seed=seed * 7919 + ti * 101 + k)
+            first = env.reset(seed=seed * 7919 + ti * 101 + k)
             agent.reset()
-            rows, t_success = [], -1
+            rows: list[np.ndarray] = []
             start = int(round(delay * T))
-            for t in range(T):
+
+            def policy(obs: Any, info: dict[str, Any]) -> np.ndarray:
                 agent.act(obs)
                 rows.append(agent.psi.copy())
-                a = rng.uniform(-1, 1, 4).astype(np.float32) if t < start else \
+                a = rng.uniform(-1, 1, 4).astype(np.float32) if len(rows) - 1 < start else \
                     np.clip(env.expert() + noise * rng.standard_normal(4), -1, 1).astype(np.float32)
                 agent.a = a[None]  # the executed action drives the recurrence
-                obs, _, done, info = env.step(a)
-                if info["success"] and t_success < 0:
-                    t_success = t + 1
-                if done:
-                    break
+                return a
+
+            ep = play(env, policy, T, start=first)
+            t_success = ep.first_success if ep.first_success is not None else -1
             psis.append(np.stack(rows))
             labels.append(quantile_labels(t_success if t_success >= 0 else None, T, cfg.model.N, steps=len(rows)))
             outcome.append(np.full(len(rows), int(t_success >= 0)))

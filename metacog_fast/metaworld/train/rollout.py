@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from metacog_fast.envs.driver import play
 from metacog_fast.metaworld.muse_wm import MuseWMAgent
 from metacog_fast.metaworld.train.replay import Episode, EpisodeRecorder
 
@@ -33,16 +34,19 @@ def scripted_episode(env: Env, rng: np.random.Generator, T_max: int, noise: floa
     obs, info = env.reset(seed=reset_seed)
     rec = EpisodeRecorder(obs, action_dim, info.get("task", ""), T_max, f"scripted:{noise:g}:{delay:g}")
     start = int(round(delay * T_max))
-    for t in range(T_max):
+    t = 0
+
+    def policy(obs: Any, info: dict[str, Any]) -> np.ndarray:
+        nonlocal t
         if t < start:
             a = rng.uniform(-1.0, 1.0, action_dim).astype(np.float32)
         else:
             a = env.expert() + noise * rng.standard_normal(action_dim).astype(np.float32)
             a = np.clip(a, -1.0, 1.0).astype(np.float32)
-        obs, r, done, info = env.step(a)
-        rec.add(obs, a, r, info["success"])
-        if done:
-            break
+        t += 1
+        return a
+
+    play(env, policy, T_max, start=(obs, info), on_step=lambda s: rec.add(s.obs, s.action, s.reward, s.info["success"]))
     return rec.finish()
 
 
@@ -52,14 +56,15 @@ def agent_episode(env: Env, agent: MuseWMAgent, T_max: int, reset_seed: int, sou
     obs, info = env.reset(seed=reset_seed)
     agent.reset()
     rec = EpisodeRecorder(obs, agent.sizes.A, info.get("task", ""), T_max, source)
-    for t in range(T_max):
+
+    def policy(obs: Any, info: dict[str, Any]) -> np.ndarray:
         a = agent.act(obs)
         rec.add_extra("psi", agent.psi)
-        obs, r, done, info = env.step(a)
-        rec.add(obs, a, r, info["success"])
-        if done:
-            break
+        return a
+
+    ep = play(env, policy, T_max, start=(obs, info),
+              on_step=lambda s: rec.add(s.obs, s.action, s.reward, s.info["success"]))
     # psi of the final observation (no action is taken there)
-    agent.act(obs)
+    agent.act(ep.obs)
     rec.add_extra("psi", agent.psi)
     return rec.finish()
