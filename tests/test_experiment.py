@@ -298,3 +298,30 @@ def test_serve_starts_answers_and_stops(tmp_path):
     assert not serve.answers(port) and serve.running_pid(port) is None
     with pytest.raises(serve.ServeError, match="--gguf: GGUF not found"):
         serve.start(port, 1, gguf=str(tmp_path / "none.gguf"))
+
+
+def test_call_steps_reproduce_the_committed_tables(tmp_path):
+    """The two tables the scripts computed inline (SOP events of experience run 3, the town's costs)
+    come out of the committed records as committed."""
+    from metacog_fast.experience.sop_events import write_sop_events
+    from metacog_fast.town.costs import write_costs
+
+    exp = REPO / "results" / "experience" / "run3"
+    with tarfile.open(exp / "records" / "continuous.tar.gz") as t:
+        t.extractall(tmp_path / "exp", filter="data")
+    write_sop_events(str(tmp_path / "exp" / "continuous"), str(tmp_path / "sop"))
+    assert (tmp_path / "sop" / "sop_events.md").read_text() == (exp / "continuous" / "sop_events.md").read_text()
+    assert json.loads((tmp_path / "sop" / "sop_events.json").read_text()) == \
+        json.loads((exp / "continuous" / "sop_events.json").read_text())
+
+    sim = REPO / "results" / "sim" / "run3"
+    scenarios = sorted(p.name.removesuffix(".tar.gz") for p in (sim / "records").glob("*.tar.gz"))
+    assert scenarios
+    for s in scenarios:
+        with tarfile.open(sim / "records" / f"{s}.tar.gz") as t:
+            t.extractall(tmp_path / "sim", filter="data")
+    write_costs(str(tmp_path / "sim"), str(tmp_path / "rep"), "none")
+    committed = [line for line in (sim / "costs.md").read_text().splitlines()
+                 if not line.startswith("| ") or line.split(" | ")[0][2:] in scenarios or line.startswith("| scenario")
+                 or line.startswith("|---")]
+    assert (tmp_path / "rep" / "costs.md").read_text().splitlines() == committed

@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO
 
 from metacog_fast._atomic import atomic_open, atomic_tmp_path
-from metacog_fast.runs.records import write_json_atomic
+from metacog_fast.runs.records import read_json, write_json_atomic
 
 KINDS = ("metacog", "unpack", "pack", "copy", "git-show", "call")
 """Step kinds; ``metacog`` (the default) runs a ``metacog`` command."""
@@ -599,7 +599,7 @@ class Progress:
     def read(cls, path: Path) -> "Progress":
         if not path.is_file():
             return cls(path)
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = read_json(path)  # a malformed file is an error naming it
         return cls(path, dict(doc.get("steps", {})))
 
     def finished(self, step: Step) -> bool:
