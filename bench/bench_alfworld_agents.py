@@ -11,7 +11,7 @@ int8 on a CPU with VNNI and the compiled core) and ``bf16``:
 
 * ``anchor``: the last state, encoder cache cleared except the admissible list and the task
   (the rollout texts are new text, as in a real step), the session-1 path: one encoder call per
-  proposal that is not an exact match (``MuseAgent.select_unbatched``) and MiniLM in bf16 through
+  proposal that is not an exact match (``bench/anchors/muse_select_unbatched.py``) and MiniLM in bf16 through
   transformers' BertModel forward with torch SDPA attention; one anchor round runs before each
   measured round (interleaved, so both see the same load);
 * ``fresh``: same state and cache state, the current path (``MuseAgent.select``: batched mapping,
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -41,6 +42,9 @@ from metacog_fast.alfworld.config import AgentConfig
 from metacog_fast.alfworld.fewshot import load_examples, strip_intro
 from metacog_fast.alfworld.memory import ReflectionMemory
 from metacog_fast.alfworld.protocol import DEFAULT_FEWSHOT, make_agent, select_games
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root: bench.anchors
+from bench.anchors.muse_select_unbatched import select_unbatched  # noqa: E402
 
 STEPS = 6
 ROUNDS = 15
@@ -142,7 +146,7 @@ def _anchor_round(agent, state, anchor_enc, times: list, scores: list) -> None:
     _use_encoder(agent, anchor_enc)
     args, _ = _restore(agent, state, True)
     t = time.perf_counter()
-    d = agent.select_unbatched(*args)
+    d = select_unbatched(agent, *args)
     times.append(time.perf_counter() - t)
     scores[:] = d.info["scores"]
 

@@ -3,7 +3,7 @@
     bash bench/memory_locked.sh .venv/bin/python -m pytest bench/bench_dreamer_train.py \
         --benchmark-json=bench/results/dreamer_train.json
 
-Anchor: :class:`metacog_fast.metaworld.models.dreamerv3_reference.ReferenceDreamer` (a plain re-implementation
+Anchor: :class:`bench.anchors.dreamerv3_reference.ReferenceDreamer` (a plain re-implementation
 of NM512/dreamerv3-torch's update step, fp32 eager, its ``configs.yaml`` sizes for vector
 observations: RSSM deter = hidden = 512, 32 x 32 latents, encoder and decoder 5 x 1024, heads 2 x 512,
 255-bin two-hot reward and critic). Ours: :class:`metacog_fast.metaworld.models.dreamer.Dreamer` at the same
@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
+import sys
 import time
 from typing import Callable
 
@@ -32,8 +33,10 @@ import torch
 
 import metacog_fast.metaworld.models.dreamer as dreamer_module
 from metacog_fast.metaworld.models.dreamer import Dreamer, DreamerConfig
-from metacog_fast.metaworld.models.dreamerv3_reference import ReferenceConfig, ReferenceDreamer
 from metacog_fast.ops.rssm import naive
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root: bench.anchors
+from bench.anchors.dreamerv3_reference import ReferenceConfig, ReferenceDreamer  # noqa: E402
 
 B, T, O, A, H = 16, 64, 59, 4, 15
 ROUNDS = int(os.environ.get("METACOG_BENCH_DREAMER_ROUNDS", "3"))

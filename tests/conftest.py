@@ -2,6 +2,12 @@
 from __future__ import annotations
 
 import os
+import sys
+
+# The benchmark anchors (bench/anchors/) are imported by the tests that compare against them.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
 
 # Models come from installed packages, never from a hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -1,12 +1,13 @@
 """MUSE's batched step (``MuseAgent.select`` / ``ActionMapper.map_many``) computes what the
-per-rollout path (``select_unbatched`` / ``map``) computes: same mapped actions, same chunks, same
-choice, scores within 1e-3 (bf16 encoder rounding can depend on the batch composition; measured
+per-rollout anchor (``bench/anchors/muse_select_unbatched.py`` / ``map``) computes: same mapped
+actions, same chunks, same choice, scores within 1e-3 (bf16 encoder rounding can depend on the batch composition; measured
 difference 0 on real ALFWorld steps). Real MiniLM encoder and scorer; no LLM."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from bench.anchors.muse_select_unbatched import select_unbatched
 from metacog_fast.alfworld.actions import ActionMapper
 from metacog_fast.alfworld.agents import EpisodeContext, MuseAgent
 from metacog_fast.alfworld.config import AgentConfig
@@ -76,7 +77,7 @@ def test_batched_select_equals_unbatched(scorer, select):
     agent = make_muse(scorer, select)
     enc = scorer.encoder
     enc.cache.clear()
-    a = agent.select_unbatched(ROLLOUTS, ADMISSIBLE)
+    a = select_unbatched(agent, ROLLOUTS, ADMISSIBLE)
     enc.cache.clear()
     b = agent.select(ROLLOUTS, ADMISSIBLE)
     assert b.info["rollouts"] == a.info["rollouts"]

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
+from bench.anchors.dreamerv3_reference import ReferenceConfig, ReferenceDreamer, TwoHot, symexp
 from metacog_fast.metaworld.models import rssm_train_ops as fused
 from metacog_fast.metaworld.models.dreamer import Dreamer, DreamerConfig
-from metacog_fast.metaworld.models.dreamerv3_reference import ReferenceConfig, ReferenceDreamer, TwoHot, symexp
 from metacog_fast.ops.rssm import naive as ref
 from metacog_fast.ops.rssm.weights import init_rssm_weights
 

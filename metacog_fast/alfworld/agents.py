@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from metacog_fast.alfworld import prompts
-from metacog_fast.alfworld.actions import ActionMapper, clean_action, is_think, parse_rollout
+from metacog_fast.alfworld.actions import ActionMapper, Mapped, clean_action, is_think, parse_rollout
 from metacog_fast.alfworld.config import AgentConfig
 from metacog_fast.alfworld.fcrf import LessonPool, deep_reflection, difficulty
 from metacog_fast.alfworld.memory import ReflectionMemory
@@ -230,7 +230,7 @@ class MuseAgent(ReflexionAgent):
         # the n rollouts decoded together (rollout i seeded step_seed + i, as the n samples of complete)
         if self.cfg.decode_only_pick:
             pick, text = self._decode_pick(prompt)
-            return self._select([text], admissible, prompt, batched=True, pick=pick)
+            return self._select([text], admissible, prompt, pick=pick)
         outs = self.llm.generate_many([prompt] * self.cfg.rollouts, temperature=self.cfg.rollout_temperature,
                                       max_tokens=self.cfg.rollout_max_tokens, seed=self.step_seed)
         return self.select([o.text for o in outs], admissible, prompt)
@@ -253,17 +253,16 @@ class MuseAgent(ReflexionAgent):
         """The agent's own part of a step (no LLM generation, no env): parse the rollouts, map their
         first actions (the proposals needing the encoder in one batched call), score the chunks with
         M_sa (one batched encoder call, duplicates once, LRU-cached texts skipped) and pick one."""
-        return self._select(texts, admissible, prompt, batched=True)
+        return self._select(texts, admissible, prompt)
 
-    def select_unbatched(self, texts: Sequence[str], admissible: Sequence[str] | None, prompt: str = "") -> Decision:
-        """:meth:`select` with one mapping (encoder) call per rollout: the earlier path, kept as the
-        anchor of bench/bench_alfworld_agents.py and of the equivalence test."""
-        return self._select(texts, admissible, prompt, batched=False)
-
-    def _select(self, texts: Sequence[str], admissible: Sequence[str] | None, prompt: str, batched: bool,
-                pick: int | None = None) -> Decision:
+    def _select(self, texts: Sequence[str], admissible: Sequence[str] | None, prompt: str,
+                pick: int | None = None,
+                map_firsts: Callable[[list[str], Sequence[str] | None, str], list[Mapped]] | None = None,
+                ) -> Decision:
         """``pick``: the rollout index MUSE-random drew before decoding only that rollout (``texts``
-        is then that one rollout)."""
+        is then that one rollout). ``map_firsts(proposals, admissible, prompt)``: how the rollouts'
+        first actions are mapped (default: the mapper's one batched call; the benchmark's anchor,
+        bench/anchors/muse_select_unbatched.py, maps them one call each)."""
         assert self.ctx is not None
         t_agent = time.perf_counter()
         size = getattr(self.scorer.config, "chunk_size", 4)
@@ -272,10 +271,7 @@ class MuseAgent(ReflexionAgent):
             pairs = parse_rollout(text, self.cfg.rollout_pairs)
             rollouts.append([p for p in pairs if not p[0].lower().startswith("think:")]
                             or [(clean_action(text) or "look", "")])
-        if batched:
-            firsts = self.mapper.map_many([r[0][0] for r in rollouts], admissible, prompt)
-        else:
-            firsts = [self.mapper.map(r[0][0], admissible, prompt) for r in rollouts]
+        firsts = (map_firsts or self.mapper.map_many)([r[0][0] for r in rollouts], admissible, prompt)
         map_s = sum(m.seconds for m in firsts)
         chunks = []
         for pairs, m in zip(rollouts, firsts):
