@@ -73,7 +73,7 @@ def test_demo_rejects_unknown_parts_and_bad_counts(tmp_path, capsys):
     assert not (tmp_path / "x.json").exists()
     with pytest.raises(SystemExit):
         main(["demo", "--metaworld-tasks", "0"])
-    assert "expected an integer >= 1" in capsys.readouterr().err
+    assert "expected an integer >= 1" in " ".join(capsys.readouterr().err.replace("\u2502", " ").split())
 
 
 def test_console_script_entry_point():
@@ -125,7 +125,7 @@ def test_demo_default_runs_every_agent_part_and_quick_only_the_environments():
 
     p = argparse.ArgumentParser()
     demo.add_arguments(p)
-    args = p.parse_args([])
+    args = demo.options(p.parse_args([]))
     assert set(args.parts.split(",")) == {"metaworld", "alfworld", "scienceworld", "muse_wm", "alfworld_muse",
                                           "sw_agent", "sim"}
     from metacog_fast.cli.demo_registry import DEMO_PARTS, model_info

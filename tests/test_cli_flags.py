@@ -1,17 +1,19 @@
-"""The one CLI: every command answers ``--help`` from ``metacog``, every generated flag's default is
-its dataclass default, a command line round-trips to the configuration it spells, every spelling
-users typed before the move still parses, and bad values get an argparse error naming the flag."""
+"""The one CLI: every command answers ``--help`` from ``metacog``, every flag tyro reads from a
+configuration dataclass defaults to the dataclass default and shows its field docstring, a command
+line round-trips to the configuration it spells, every spelling users typed before the move still
+parses, and bad values get an error naming the flag."""
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import typing
 from typing import Any
 
 import pytest
 
 from metacog_fast.cli.commands import COMMANDS
-from metacog_fast.cli.dataclass_args import ConfigError, Flags, config_from_args, field_default
+from metacog_fast.cli.dataclass_args import ConfigError, add_command, build, field_default, parse, view
 from metacog_fast.cli.main import build_parser, main
 
 
@@ -42,41 +44,50 @@ def _all_paths() -> list[list[str]]:
     return out
 
 
-def _specs() -> dict[str, tuple[Flags, ...]]:
-    """{command: the Flags it is built from} (imported here, as main imports them when chosen)."""
-    from metacog_fast.alfworld import cli as alfworld
-    from metacog_fast.experience import cli as experience
-    from metacog_fast.metaworld import cli as train
-    from metacog_fast.scienceworld import cli as scienceworld
-    from metacog_fast.town import cli as sim
-    from metacog_fast.cli.executor import EXECUTOR_FLAGS, EXECUTOR_WORKERS_FLAGS
-    from metacog_fast.alfworld.finetune.data import DataConfig
-    from metacog_fast.alfworld.finetune.dpo import DPOTrainConfig
-    from metacog_fast.alfworld.finetune.evaluate import EvalConfig
-    from metacog_fast.finetune.export import ExportConfig
-    from metacog_fast.alfworld.finetune.reflections import ReflectionDataConfig
-    from metacog_fast.alfworld.finetune.scorer import ScorerFitConfig
-    from metacog_fast.alfworld.finetune.sft import SFTConfig
+def _plain(text: str) -> str:
+    """tyro's boxed output as one line of words (box borders and line breaks gone)."""
+    return " ".join(re.sub("[\u2500-\u257f]", " ", text).split())
 
-    return {
-        "run alfworld": (alfworld.RUN_FLAGS, alfworld.AGENT_FLAGS, EXECUTOR_FLAGS),
-        "pretrain alfworld": (alfworld.PRETRAIN_FLAGS, alfworld.PRETRAIN_LLM_FLAGS, alfworld.AGENT_FLAGS, EXECUTOR_FLAGS),
-        "run scienceworld": (scienceworld.run_flags(), EXECUTOR_FLAGS),
-        "learn": (experience.protocol_flags(), experience.EXPERIENCE_FLAGS, EXECUTOR_WORKERS_FLAGS),
-        "sim": (*sim.RUN_FLAGS, sim.FEATURE_FLAGS),
-        "sim ablate": (*sim.RUN_FLAGS, sim.ABLATION_FLAGS, EXECUTOR_WORKERS_FLAGS),
-        "train metaworld": (train.TRAIN_FLAGS, EXECUTOR_WORKERS_FLAGS),
-        "adapt metaworld": (train.ADAPT_FLAGS, EXECUTOR_WORKERS_FLAGS),
-        "train assess": (train.ASSESS_FLAGS,),
-        "report scienceworld-swift": (scienceworld.swift_eval_flags(),),
-        "finetune data": (Flags(DataConfig),),
-        "finetune sft": (Flags(SFTConfig),),
-        "finetune export": (Flags(ExportConfig),),
-        "finetune eval": (Flags(EvalConfig),),
-        "finetune reflections": (Flags(ReflectionDataConfig),),
-        "finetune dpo": (Flags(DPOTrainConfig),),
-        "finetune scorer": (Flags(ScorerFitConfig),),
-    }
+
+def _views(obj: Any) -> list[tuple[str, Any]]:
+    """[(command field, view instance)] of a parsed command (its configurations)."""
+    return [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)
+            if hasattr(type(getattr(obj, f.name)), "__tyro_base__")]
+
+
+REQUIRED = {  # the words a command needs (its required flags), nothing else
+    "run alfworld": "--agent react --out o",
+    "pretrain alfworld": "--out o",
+    "run scienceworld": "--out o",
+    "learn": "alfworld",
+    "sim": "",
+    "sim ablate": "",
+    "train metaworld": "",
+    "adapt metaworld": "--checkpoint c",
+    "train assess": "--checkpoint c --out o",
+    "train learn": "",
+    "train learn-all": "",
+    "train learn-report": "",
+    "report scienceworld-swift": "r --out o",
+    "finetune data": "--out o",
+    "finetune dagger": "--out o",
+    "finetune sft": "--data-dir d --out o",
+    "finetune export": "--checkpoint c --out o",
+    "finetune eval": "--out o",
+    "finetune expert-eval": "--out o",
+    "finetune reflections": "--out o",
+    "finetune dpo": "--pairs-dir d --out o",
+    "finetune scorer": "--episodes e --out o",
+    "finetune swift-eval": "--out o",
+    "finetune ship": "--adapter a --evaluation e --record r --reproduce x --description d",
+    "experiment run": "n",
+    "experiment show": "n",
+    "serve": "start",
+    "demo": "",
+}
+GIVEN = {("run alfworld", "agent"), ("adapt metaworld", "checkpoint"), ("train assess", "checkpoint"),
+         ("train assess", "out")}
+"""(command, field) whose value ``REQUIRED`` gives (they are required flags)."""
 
 
 # ------------------------------------------------------------------------------------------ reach
@@ -95,6 +106,12 @@ def test_every_command_answers_help_from_metacog(capsys):
         assert out.startswith("usage: metacog " + " ".join(path)), (path, out[:200])
 
 
+def test_every_command_with_a_configuration_is_read_by_tyro():
+    """Every command whose flags come from dataclasses names them in ``REQUIRED``, and reads them by tyro."""
+    with_target = {" ".join(p) for p in _all_paths() if _leaf(p).get_default("cli_target") is not None}
+    assert with_target == set(REQUIRED)
+
+
 def test_top_level_help_lists_every_command_without_importing_them():
     import subprocess
     import sys
@@ -102,7 +119,8 @@ def test_top_level_help_lists_every_command_without_importing_them():
     code = ("import sys; from metacog_fast.cli.main import build_parser; h = build_parser().format_help(); "
             "from metacog_fast.cli.commands import top_level; print(all(w in h for w in top_level())); "
             "print(sorted(m for m in sys.modules if m.startswith('metacog_fast.') and m.split('.')[1] in "
-            "('agents', 'sim', 'train', 'finetune', 'runs')))")
+            "('agents', 'sim', 'train', 'finetune', 'runs', 'alfworld', 'scienceworld', 'metaworld', 'town', "
+            "'experience')))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:2] == ["True", "[]"]
@@ -110,67 +128,75 @@ def test_top_level_help_lists_every_command_without_importing_them():
 
 # --------------------------------------------------------------------------------------- defaults
 
-def test_every_generated_flag_defaults_to_its_dataclass_default():
+def test_every_flag_defaults_to_its_dataclass_default():
     checked = 0
-    for command, specs in _specs().items():
-        actions = {s: a for a in _leaf(command.split())._actions for s in a.option_strings}
-        for spec in specs:
-            for f in spec.fields():
-                if f.name in spec.positional:
+    for command, argv in REQUIRED.items():
+        leaf = _leaf(command.split())
+        a = leaf.parse_args(argv.split())
+        cmd = parse(a)
+        for _, obj in _views(cmd):
+            view_cls = type(obj)
+            base = view_cls.__tyro_base__
+            for f in dataclasses.fields(base):
+                flag = view_cls.__cli_flags__.get(f.name)
+                if flag is None or dataclasses.is_dataclass(getattr(obj, f.name)):
                     continue
-                action = actions[spec.flag(f.name)]
-                expected = field_default(f)
-                if expected is dataclasses.MISSING or f.name in spec.required:
-                    assert action.required, (command, f.name)
-                else:
-                    assert action.default == expected, (command, f.name, action.default, expected)
-                    assert not action.required
-                for alias in spec.aliases.get(f.name, ()):
-                    assert actions[alias] is action, (command, alias)
+                if f.name not in view_cls.__cli_positional__:
+                    assert flag in leaf.cli_spellings, (command, flag)
+                if (command, f.name) in GIVEN or field_default(f) is dataclasses.MISSING:
+                    continue
+                assert getattr(obj, f.name) == field_default(f), (command, f.name, getattr(obj, f.name))
                 checked += 1
     assert checked > 150
+
+
+def test_a_required_flag_left_out_is_an_error_naming_it(capsys):
+    for command, argv, flag in (("run alfworld", "--out o", "--agent"), ("adapt metaworld", "", "--checkpoint"),
+                                ("train assess", "--out o", "--checkpoint"), ("finetune sft", "--out o", "--data-dir")):
+        with pytest.raises(SystemExit) as exc:
+            parse(_leaf(command.split()).parse_args(argv.split()))
+        assert exc.value.code == 2
+        err = _plain(capsys.readouterr().err)
+        assert flag in err and "required" in err.lower(), (command, err)
 
 
 def test_help_text_is_the_field_docstring_and_shows_the_default(capsys):
     with pytest.raises(SystemExit):
         main(["run", "alfworld", "--help"])
-    out = " ".join(capsys.readouterr().out.split())
-    assert "Environment steps per episode (docs/design.md: 50). Think lines do not count as steps. (default 50)" in out
-    assert "--test-episodes TEST_EPISODES, --episodes TEST_EPISODES" in out
+    out = _plain(capsys.readouterr().out)
+    assert "Environment steps per episode (docs/design.md: 50). Think lines do not count as steps. (default: 50)" in out
+    assert "--episodes INT, --test-episodes INT" in out
     assert "--agent {react,reflexion,muse,muse-lowest,muse-random,fcrf}" in out and "(required)" in out
 
 
 # -------------------------------------------------------------------------------------- round trip
 
-def _words(spec: Flags, obj: Any) -> list[str]:
-    """The command line that spells ``obj`` (every field of ``spec``)."""
-    hints = typing.get_type_hints(spec.cls)
+def _words(view_cls: type, obj: Any) -> list[str]:
+    """The command line that spells ``obj`` (every field of ``view_cls`` that has a flag)."""
+    hints = typing.get_type_hints(view_cls.__tyro_base__)
     pos: list[str] = []
     out: list[str] = []
-    for f in spec.fields():
+    for f in dataclasses.fields(view_cls.__tyro_base__):
         v = getattr(obj, f.name)
+        if dataclasses.is_dataclass(v):  # a nested configuration: its own flags, flat beside these
+            out += _words(typing.get_type_hints(view_cls)[f.name], v)
+            continue
+        if f.name not in view_cls.__cli_flags__:
+            continue
+        flag = view_cls.__cli_flags__[f.name]
         if hints[f.name] in (bool, bool | None):  # bool | None: None is spelled by leaving the flag out
             if v is not None:
-                out.append(spec.flag(f.name) if v else "--no-" + spec.flag(f.name)[2:])
+                out.append(flag if v else "--no-" + flag[2:])
             continue
-        if f.name in spec.nargs:
-            out += [spec.flag(f.name), *map(str, v)] if v is not None else []
+        if f.name in view_cls.__cli_spaced__:
+            out += [flag, *map(str, v)] if v is not None else []
             continue
         text = "none" if v is None else ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
-        (pos if f.name in spec.positional else out).extend([text] if f.name in spec.positional else [spec.flag(f.name), text])
+        if f.name in view_cls.__cli_positional__:
+            pos.append(text)
+        else:
+            out += [flag, text]
     return pos + out
-
-
-def _built(command: str, a: argparse.Namespace) -> tuple[Any, ...]:
-    """The configs a command builds from its namespace (as its ``func`` does)."""
-    from metacog_fast.alfworld import cli as alfworld
-
-    specs = _specs()[command]
-    if command == "run alfworld":
-        return (alfworld.run_config(a), *(config_from_args(s, a) for s in specs[1:]))
-    if command == "pretrain alfworld":
-        return (config_from_args(specs[0], a), alfworld._pretrain_run(a), *(config_from_args(s, a) for s in specs[2:]))
-    return tuple(config_from_args(s, a) for s in specs)
 
 
 def test_a_parsed_command_line_round_trips_to_its_configs():
@@ -187,38 +213,56 @@ def test_a_parsed_command_line_round_trips_to_its_configs():
     from metacog_fast.metaworld.train.jobs import AdaptJob, TrainJob
 
     agent = AWAgent(max_steps=7, map_actions="choose", rollout_temperature=0.25, seed=3)
-    cases: dict[str, tuple[Any, ...]] = {
-        "run alfworld": (AWRun(agent="fcrf", tasks=3, test_episodes=2, adapt_episodes=0, n_ctx=4096, llm="http://h:1/v1",
-                               data="d", incremental_steps=7, agent_config=agent), agent,
-                         ExecutorConfig(executor="ray://head:10001", max_retries=0, cpus_per_task=2.0, progress=False)),
-        "pretrain alfworld": (PretrainConfig(tasks=2, episodes=1, expert_positives=False, epochs=4, train_only=True),
-                              AWRun(agent="reflexion", llm="x", n_threads=2, n_ctx=2048, workers=2),
-                              AWAgent(examples=0), ExecutorConfig(executor="process")),
-        "run scienceworld": (SWRun(configs=["srm", "full"], tasks=[0, 3, 5], budget_factor=0.0, swift="llm-ranker",
-                                   memory_embed="minilm", warmup_per_task=0), ExecutorConfig()),
-        "learn": (ProtocolConfig(env="scienceworld", games=["boil:0", "melt:1"], baseline=False, llm_uri="http://x/v1",
-                                 n_threads=2, iterations=2, memory_in="m.json", out="o"),
-                  ExperienceConfig(show_strategic=False, action_shortlist=0, action_grounding="embed", loop_breaking=False,
-                                   retire_failure_rate=0.5), ExecutorConfig(workers=2, executor="ray")),
-        "sim": (RunOptions(scenario="party", agents=4, step_budget=1.5, judge=False), SimLLMOptions(llm_threads=2),
-                GenAgent(progress_every=2, reflect_threshold=10.0), Features(metacognition=False, planning=False)),
-        "sim ablate": (RunOptions(steps=3), SimLLMOptions(llm="http://x/v1"), GenAgent(),
-                       AblationOptions(configs=("all", "none"), runs=1), ExecutorConfig(workers=None, executor="process")),
-        "train metaworld": (TrainJob(profile="smoke", agent="muse", seed=3, sr_z="posterior", threads=2),
-                            ExecutorConfig(executor="process", workers=2, progress=False)),
-        "adapt metaworld": (AdaptJob(checkpoint="r/pretrained", agent="dreamer", profile=None, out="o"), ExecutorConfig()),
-        "train assess": (AssessConfig(checkpoint=("a", "b.safetensors"), names=("x", "y"), out="o.json", novel=True,
-                                      tasks="reach-v3,push-v3", roc="r.png"),),
-        "finetune sft": (SFTConfig(epochs=2.0, learning_rate=5e-4, sources=("alfworld_expert",), max_examples=None),),
+    cases: dict[str, dict[str, Any]] = {  # {command: {field of its command dataclass: configuration}}
+        "run alfworld": {"run": AWRun(agent="fcrf", tasks=3, test_episodes=2, adapt_episodes=0, n_ctx=4096,
+                                      llm="http://h:1/v1", data="d", incremental_steps=7, agent_config=agent),
+                         "executor": ExecutorConfig(executor="ray://head:10001", max_retries=0, cpus_per_task=2.0,
+                                                    progress=False)},
+        "pretrain alfworld": {"pretrain": PretrainConfig(tasks=2, episodes=1, expert_positives=False, epochs=4,
+                                                         train_only=True),
+                              "run": AWRun(agent="reflexion", llm="x", n_threads=2, n_ctx=2048, workers=2,
+                                           agent_config=AWAgent(examples=0)),
+                              "executor": ExecutorConfig(executor="process")},
+        "run scienceworld": {"run": SWRun(configs=["srm", "full"], tasks=[0, 3, 5], budget_factor=0.0, swift="llm-ranker",
+                                          memory_embed="minilm", warmup_per_task=0), "executor": ExecutorConfig()},
+        "learn": {"run": ProtocolConfig(env="scienceworld", games=["boil:0", "melt:1"], baseline=False,
+                                        llm_uri="http://x/v1", n_threads=2, iterations=2, memory_in="m.json", out="o"),
+                  "experience": ExperienceConfig(show_strategic=False, action_shortlist=0, action_grounding="embed",
+                                                 loop_breaking=False, retire_failure_rate=0.5),
+                  "executor": ExecutorConfig(workers=2, executor="ray")},
+        "sim": {"run": RunOptions(scenario="party", agents=4, step_budget=1.5, judge=False),
+                "llm": SimLLMOptions(llm_threads=2), "agent": GenAgent(progress_every=2, reflect_threshold=10.0),
+                "features": Features(metacognition=False, planning=False)},
+        "sim ablate": {"run": RunOptions(steps=3), "llm": SimLLMOptions(llm="http://x/v1"), "agent": GenAgent(),
+                       "ablation": AblationOptions(configs=("all", "none"), runs=1),
+                       "executor": ExecutorConfig(workers=None, executor="process")},
+        "train metaworld": {"job": TrainJob(profile="smoke", agent="muse", seed=3, sr_z="posterior", threads=2),
+                            "executor": ExecutorConfig(executor="process", workers=2, progress=False)},
+        "adapt metaworld": {"job": AdaptJob(checkpoint="r/pretrained", agent="dreamer", profile=None, out="o"),
+                            "executor": ExecutorConfig()},
+        "train assess": {"assess": AssessConfig(checkpoint=("a", "b.safetensors"), names=("x", "y"), out="o.json",
+                                                novel=True, tasks="reach-v3,push-v3", roc="r.png")},
+        "finetune sft": {"config": SFTConfig(epochs=2.0, learning_rate=5e-4, sources=("alfworld_expert",),
+                                             max_examples=None)},
     }
-    specs = _specs()
     for command, objs in cases.items():
-        argv = [w for s, o in zip(specs[command], objs) for w in _words(s, o)]
+        leaf = _leaf(command.split())
+        target = leaf.get_default("cli_target")
+        hints = typing.get_type_hints(target)
+        argv = [w for name, obj in objs.items() for w in _words(hints[name], obj)]
         if command.startswith(("run", "pretrain")):
             argv += ["--out", "o"]
         if command == "finetune sft":
             argv += ["--data-dir", "d", "--out", "o"]
-        assert _built(command, _leaf(command.split()).parse_args(argv)) == objs, command
+        a = leaf.parse_args(argv)
+        if command == "pretrain alfworld":
+            from metacog_fast.alfworld.cli import pretrain_configs
+
+            pc, run = pretrain_configs(a)
+            assert (pc, run, build(parse(a).executor)) == tuple(objs.values()), command
+            continue
+        cmd = parse(a)
+        assert {name: build(getattr(cmd, name)) for name in objs} == objs, command
 
 
 def test_defaults_on_the_command_line_are_the_dataclass_defaults():
@@ -228,15 +272,15 @@ def test_defaults_on_the_command_line_are_the_dataclass_defaults():
     from metacog_fast.scienceworld.runner import RunConfig as SWRun
     from metacog_fast.alfworld import cli as alfworld
     from metacog_fast.experience import cli as experience
-    from metacog_fast.scienceworld import cli as scienceworld
 
     a = _leaf(["run", "alfworld"]).parse_args(["--agent", "react", "--out", "o"])
     assert alfworld.run_config(a) == RunConfig(agent="react", agent_config=AgentConfig())
     s = _leaf(["run", "scienceworld"]).parse_args(["--out", "o"])
-    assert config_from_args(scienceworld.run_flags(), s) == SWRun()
+    assert build(parse(s).run) == SWRun()
     e = _leaf(["learn"]).parse_args(["alfworld"])
-    assert config_from_args(experience.protocol_flags(), e) == ProtocolConfig()
-    assert config_from_args(experience.EXPERIENCE_FLAGS, e) == ExperienceConfig()
+    cfg, exp, _, protocol = experience.learn_configs(e)
+    assert cfg == dataclasses.replace(ProtocolConfig(), split="valid_seen") and protocol == "continuous"
+    assert build(parse(e).run) == ProtocolConfig() and exp == ExperienceConfig()
 
 
 # ----------------------------------------------------------------------------------- old spellings
@@ -279,7 +323,8 @@ LEGACY_FLAGS = {  # every flag of every command before the move (and of ``python
 
 def test_every_old_flag_spelling_still_exists():
     for command, flags in LEGACY_FLAGS.items():
-        have = {s for a in _leaf(command.split())._actions for s in a.option_strings}
+        have = _leaf(command.split()).get_default("cli_target") and _leaf(command.split()).cli_spellings
+        have = set(have or ()) | {s for a in _leaf(command.split())._actions for s in a.option_strings}
         missing = set(flags.split()) - have
         assert not missing, (command, sorted(missing))
 
@@ -290,26 +335,27 @@ def test_the_background_finetune_pipeline_command_lines_parse_to_their_configs()
     from metacog_fast.alfworld.finetune.reflections import ReflectionDataConfig
     from metacog_fast.alfworld.finetune.sft import SFTConfig
 
-    a = _leaf(["finetune", "sft"]).parse_args("--data-dir D --out O --epochs 2 --learning-rate 5e-4".split())
-    assert (a.data_dir, a.out) == (["D"], "O")
-    assert config_from_args(Flags(SFTConfig), a) == SFTConfig(epochs=2.0, learning_rate=5e-4)
-    a = _leaf(["finetune", "sft"]).parse_args("--data-dir D1 D2 --out O".split())  # the union of two datasets
-    assert a.data_dir == ["D1", "D2"]
+    def cmd(words: str, argv: str) -> Any:
+        return parse(_leaf(words.split()).parse_args(argv.split()))
+
+    c = cmd("finetune sft", "--data-dir D --out O --epochs 2 --learning-rate 5e-4")
+    assert (c.data_dir, c.out) == (("D",), "O")
+    assert build(c.config) == SFTConfig(epochs=2.0, learning_rate=5e-4)
+    assert cmd("finetune sft", "--data-dir D1 D2 --out O").data_dir == ("D1", "D2")  # the union of two datasets
     from metacog_fast.alfworld.finetune.dagger import DaggerConfig
     from metacog_fast.alfworld.finetune.evaluate import ExpertEvalConfig
 
-    a = _leaf(["finetune", "dagger"]).parse_args("--out O --actor finetuned:alfworld-search --max-games 60 --beta 0.3".split())
-    assert config_from_args(Flags(DaggerConfig), a) == DaggerConfig(actor="finetuned:alfworld-search", max_games=60, beta=0.3)
-    a = _leaf(["finetune", "expert-eval"]).parse_args("--out O --tasks 12".split())
-    assert config_from_args(Flags(ExpertEvalConfig), a) == ExpertEvalConfig(tasks=12)
-    a = _leaf(["finetune", "export"]).parse_args("--checkpoint C --out O --name alfworld-full".split())
-    assert a.checkpoint == "C" and config_from_args(Flags(ExportConfig), a) == ExportConfig(name="alfworld-full")
-    a = _leaf(["finetune", "eval"]).parse_args("--llm finetuned:alfworld-full --out O --tasks 60 --workers 2".split())
-    assert config_from_args(Flags(EvalConfig), a) == EvalConfig(llm="finetuned:alfworld-full", tasks=60, workers=2)
-    a = _leaf(["finetune", "eval"]).parse_args("--llm finetuned:alfworld --out O --tasks 60 --map-actions embed".split())
-    assert config_from_args(Flags(EvalConfig), a).map_actions == "embed"
-    a = _leaf(["finetune", "reflections"]).parse_args("--out O --actor finetuned:alfworld-full --games 60".split())
-    assert config_from_args(Flags(ReflectionDataConfig), a) == ReflectionDataConfig(actor="finetuned:alfworld-full", games=60)
+    c = cmd("finetune dagger", "--out O --actor finetuned:alfworld-search --max-games 60 --beta 0.3")
+    assert build(c.config) == DaggerConfig(actor="finetuned:alfworld-search", max_games=60, beta=0.3)
+    assert build(cmd("finetune expert-eval", "--out O --tasks 12").config) == ExpertEvalConfig(tasks=12)
+    c = cmd("finetune export", "--checkpoint C --out O --name alfworld-full")
+    assert c.checkpoint == "C" and build(c.config) == ExportConfig(name="alfworld-full")
+    c = cmd("finetune eval", "--llm finetuned:alfworld-full --out O --tasks 60 --workers 2")
+    assert build(c.config) == EvalConfig(llm="finetuned:alfworld-full", tasks=60, workers=2)
+    c = cmd("finetune eval", "--llm finetuned:alfworld --out O --tasks 60 --map-actions embed")
+    assert build(c.config).map_actions == "embed"
+    c = cmd("finetune reflections", "--out O --actor finetuned:alfworld-full --games 60")
+    assert build(c.config) == ReflectionDataConfig(actor="finetuned:alfworld-full", games=60)
     a = _leaf(["finetune", "compare"]).parse_args(["A", "B"])
     assert (a.a, a.b) == ("A", "B")
 
@@ -317,62 +363,66 @@ def test_the_background_finetune_pipeline_command_lines_parse_to_their_configs()
 def test_old_spellings_reach_the_same_fields():
     from metacog_fast.alfworld import cli as alfworld
     from metacog_fast.experience import cli as experience
-    from metacog_fast.metaworld import cli as train
-    from metacog_fast.scienceworld import cli as scienceworld
-    from metacog_fast.town import cli as sim
-    from metacog_fast.cli.executor import EXECUTOR_WORKERS_FLAGS
 
     a = _leaf(["learn"]).parse_args(
         "alfworld --episode-actions 30 --subtask-actions 9 --grounding embed --shortlist 0 --no-subtask-commands "
         "--hide-strategic --no-loop-breaking --threads 2 --llm http://x/v1 --no-baseline".split())
-    exp = config_from_args(experience.EXPERIENCE_FLAGS, a)
+    pc, exp, _, _ = experience.learn_configs(a)
     assert (exp.episode_action_cap, exp.subtask_action_cap, exp.action_grounding, exp.action_shortlist) == (30, 9, "embed", 0)
     assert (exp.subtask_as_command, exp.show_strategic, exp.loop_breaking) == (False, False, False)
-    pc = config_from_args(experience.protocol_flags(), a)
     assert (pc.n_threads, pc.llm_uri, pc.baseline) == (2, "http://x/v1", False)
     s = _leaf(["run", "scienceworld"]).parse_args("--config srm --warmup 1 --tasks 0-2,7 --out o".split())
-    sw = config_from_args(scienceworld.run_flags(), s)
+    sw = build(parse(s).run)
     assert (sw.configs, sw.warmup_per_task, sw.tasks) == (["srm"], 1, [0, 1, 2, 7])
     r = _leaf(["run", "alfworld"]).parse_args("--agent react --episodes 3 --out o".split())
     assert alfworld.run_config(r).test_episodes == 3
     p = _leaf(["pretrain", "alfworld"]).parse_args("--no-expert-positives --train-only --out o".split())
-    pc2 = config_from_args(alfworld.PRETRAIN_FLAGS, p)
+    pc2, _ = alfworld.pretrain_configs(p)
     assert (pc2.expert_positives, pc2.train_only) == (False, True)
     for argv, want in (("--out o", False), ("--expert-positives --out o", True)):  # off unless asked for
-        pc3 = config_from_args(alfworld.PRETRAIN_FLAGS, _leaf(["pretrain", "alfworld"]).parse_args(argv.split()))
+        pc3, _ = alfworld.pretrain_configs(_leaf(["pretrain", "alfworld"]).parse_args(argv.split()))
         assert pc3.expert_positives is want
-    t = _leaf(["train", "metaworld"]).parse_args("--no-progress --sr-z posterior --threads 2 --profile smoke".split())
-    job = config_from_args(train.TRAIN_FLAGS, t)
+    t = parse(_leaf(["train", "metaworld"]).parse_args("--no-progress --sr-z posterior --threads 2 --profile smoke".split()))
+    job = build(t.job)
     assert (job.sr_z, job.threads, job.profile) == ("posterior", 2, "smoke")
-    assert config_from_args(EXECUTOR_WORKERS_FLAGS, t).progress is False
-    m = _leaf(["sim"]).parse_args("--no-judge --no-memory --llm-threads 2 --progress-every 3".split())
-    assert config_from_args(sim.RUN_FLAGS[0], m).judge is False and config_from_args(sim.FEATURE_FLAGS, m).memory is False
-    s2 = _leaf(["train", "assess"]).parse_args("--checkpoint A B --names a b --out o".split())
-    assert config_from_args(train.ASSESS_FLAGS, s2).checkpoint == ("A", "B")
+    assert build(t.executor).progress is False
+    m = parse(_leaf(["sim"]).parse_args("--no-judge --no-memory --llm-threads 2 --progress-every 3".split()))
+    assert build(m.run).judge is False and build(m.features).memory is False
+    s2 = parse(_leaf(["train", "assess"]).parse_args("--checkpoint A B --names a b --out o".split()))
+    assert build(s2.assess).checkpoint == ("A", "B")
+    d = _leaf(["demo"]).parse_args("--envs metaworld --alfworld-games 2 --metaworld-steps 20 --no-progress".split())
+    from metacog_fast.cli import demo
+
+    o = demo.options(d)
+    assert (o.parts, o.alfworld_games, o.metaworld_steps, o.no_progress) == ("metaworld", 2, 20, True)
 
 
 # ------------------------------------------------------------------------------------- bad values
 
 @pytest.mark.parametrize("argv, flag, words", [
-    (["run", "alfworld", "--agent", "nope", "--out", "o"], "--agent", "expected one of react, reflexion"),
-    (["run", "alfworld", "--agent", "react", "--out", "o", "--max-steps", "abc"], "--max-steps", "expected an integer"),
-    (["run", "alfworld", "--agent", "react", "--out", "o", "--map-actions", "guess"], "--map-actions", "expected one of embed, choose, none"),
+    (["run", "alfworld", "--agent", "nope", "--out", "o"], "--agent", "Expected one of ('react', 'reflexion'"),
+    (["run", "alfworld", "--agent", "react", "--out", "o", "--max-steps", "abc"], "--max-steps", "'abc'"),
+    (["run", "alfworld", "--agent", "react", "--out", "o", "--map-actions", "guess"], "--map-actions",
+     "Expected one of ('embed', 'choose', 'none')"),
     (["run", "alfworld", "--agent", "react"], "--out", "required"),
     (["run", "scienceworld", "--out", "o", "--tasks", "0-40"], "--tasks", "0..29"),
-    (["run", "scienceworld", "--out", "o", "--budget-factor", "x"], "--budget-factor", "expected a number"),
-    (["learn", "chess"], "env", "expected one of alfworld, scienceworld"),
-    (["train", "metaworld", "--profile", "huge"], "--profile", "expected one of cpu, smoke, paper"),
+    (["run", "scienceworld", "--out", "o", "--budget-factor", "x"], "--budget-factor", "'x'"),
+    (["learn", "chess"], "env", "Expected one of ('alfworld', 'scienceworld')"),
+    (["train", "metaworld", "--profile", "huge"], "--profile", "Expected one of ('cpu', 'smoke', 'paper')"),
     (["adapt", "metaworld", "--checkpoint", "c", "--profile", "huge"], "--profile", "expected one of cpu, smoke, paper"),
     (["train", "assess", "--out", "o"], "--checkpoint", "required"),
-    (["finetune", "sft", "--data-dir", "d", "--out", "o", "--epochs", "two"], "--epochs", "expected a number"),
+    (["finetune", "sft", "--data-dir", "d", "--out", "o", "--epochs", "two"], "--epochs", "'two'"),
     (["sim", "--agents", "many"], "--agents", "expected an integer"),
+    (["demo", "--metaworld-tasks", "0"], "--metaworld-tasks", "expected an integer >= 1"),
 ])
-def test_a_bad_value_is_an_argparse_error_naming_the_flag(argv, flag, words, capsys):
+def test_a_bad_value_is_an_error_naming_the_flag(argv, flag, words, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2
-    err = capsys.readouterr().err
+    err = _plain(capsys.readouterr().err)
     assert flag in err and words in err, err
+    assert not list(tmp_path.iterdir())  # nothing ran
 
 
 @pytest.mark.parametrize("argv, flag", [
@@ -396,11 +446,11 @@ def test_a_value_the_config_rejects_is_an_error_naming_the_flag(argv, flag, caps
     assert not list(tmp_path.iterdir())
 
 
-# ------------------------------------------------------------------------------------ the generator
+# ------------------------------------------------------------------------------------ the adapter
 
 @dataclasses.dataclass
 class _Toy:
-    """A dataclass with every kind of field the generator handles."""
+    """A dataclass with every kind of field the adapter handles."""
 
     name: str
     """Required: no default."""
@@ -416,6 +466,8 @@ class _Toy:
     """Comma-separated ints."""
     on: bool = True
     """A switch."""
+    pick: bool | None = None
+    """A switch that may be left unset."""
 
     def validate(self) -> "_Toy":
         if self.count < 0:
@@ -423,45 +475,46 @@ class _Toy:
         return self
 
 
-def _toy_parser(spec: Flags) -> argparse.ArgumentParser:
-    from metacog_fast.cli.dataclass_args import add_config_flags
+def _toy(toy_view: type, argv: str) -> Any:
+    """The view instance ``argv`` spells, through an argparse parser as ``metacog`` builds one."""
+    command = dataclasses.make_dataclass("ToyCommand", [("toy", toy_view)])
+    p = argparse.ArgumentParser(prog="toy")
+    add_command(p, command)
+    return parse(p.parse_args(argv.split())).toy
 
-    p = argparse.ArgumentParser(prog="toy", exit_on_error=False)
-    add_config_flags(p, spec)
-    return p
 
-
-def test_generator_types_defaults_help_and_errors(capsys):
-    spec = Flags(_Toy, aliases={"count": ("-n",)}, negations={"on": ("--off",)})
-    p = _toy_parser(spec)
-    assert config_from_args(spec, p.parse_args(["--name", "x"])) == _Toy(name="x")
-    got = config_from_args(spec, p.parse_args("--name x --mode slow -n 5 --rate 0.5 --tags c --ids 4,5 --no-on".split()))
-    assert got == _Toy("x", "slow", 5, 0.5, ("c",), [4, 5], False)
-    assert config_from_args(spec, p.parse_args("--name x --rate none --off".split())) == _Toy("x", on=False)
-    text = " ".join(p.format_help().split())
-    assert "An int, 50% of the time. (default 3)" in text and "--mode {fast,slow}" in text
-    assert "Required: no default. (required)" in text and "(default a,b)" in text and "(default none)" in text
-    with pytest.raises(argparse.ArgumentError, match="expected a number, got 'fast'"):
-        p.parse_args("--name x --rate fast".split())
+def test_adapter_types_defaults_help_and_errors(capsys):
+    toy = view(_Toy, aliases={"count": ("-n",)}, negations={"on": ("--off",)})
+    assert build(_toy(toy, "--name x")) == _Toy(name="x")
+    got = build(_toy(toy, "--name x --mode slow -n 5 --rate 0.5 --tags c --ids 4,5 --no-on --pick"))
+    assert got == _Toy("x", "slow", 5, 0.5, ("c",), [4, 5], False, True)
+    assert build(_toy(toy, "--name x --rate none --off --no-pick")) == _Toy("x", on=False, pick=False)
+    with pytest.raises(SystemExit) as exc:
+        _toy(toy, "--help")
+    assert exc.value.code == 0
+    text = _plain(capsys.readouterr().out)
+    assert "An int, 50% of the time. (default: 3)" in text and "--mode {fast,slow}" in text
+    assert "Required: no default. (required)" in text and "(default: a,b)" in text and "(default: none)" in text
+    with pytest.raises(SystemExit):
+        _toy(toy, "--name x --rate fast")
+    assert "expected a number, got 'fast'" in _plain(capsys.readouterr().err)
     with pytest.raises(ConfigError, match="--count"):
-        config_from_args(spec, p.parse_args("--name x --count -1".split()))
+        build(_toy(toy, "--name x --count -1"))
     with pytest.raises(TypeError, match="not a field"):
-        _toy_parser(Flags(_Toy, aliases={"cnt": ("-c",)}))
+        view(_Toy, aliases={"cnt": ("-c",)})
 
 
-def test_generator_prefix_skip_only_positional_and_nargs():
-    spec = Flags(_Toy, prefix="toy_", skip=("ids",), positional=("name",), nargs={"tags": "+"})
-    p = _toy_parser(spec)
-    a = p.parse_args("x --toy-tags p q --toy-count 0".split())
-    assert config_from_args(spec, a) == _Toy("x", count=0, tags=("p", "q"))
-    assert not hasattr(a, "toy_ids")
-    only = Flags(_Toy, only=("name", "on"))
-    b = _toy_parser(only).parse_args(["--name", "y"])
-    assert not hasattr(b, "count") and config_from_args(only, b) == _Toy("y")
+def test_adapter_names_skip_only_positional_and_spaced():
+    toy = view(_Toy, names={"tags": "toy_tags", "count": "toy_count"}, skip=("ids",), positional=("name",),
+               spaced=("tags",))
+    assert build(_toy(toy, "x --toy-tags p q --toy-count 0")) == _Toy("x", count=0, tags=("p", "q"))
+    with pytest.raises(SystemExit):
+        _toy(toy, "x --ids 3")  # skipped: no flag
+    only = view(_Toy, only=("name", "on"))
+    assert build(_toy(only, "--name y")) == _Toy("y")
 
 
 # ------------------------------------------------------------------------------------- a real run
-
 def test_a_tiny_sim_ablation_runs_from_the_command_line_with_its_flags(tmp_path, capsys):
     """``metacog sim ablate`` end to end on the embedded model: the flags reach the run folder's snapshot."""
     import json
@@ -504,12 +557,14 @@ def test_smoke_train_then_adapt_from_the_command_line(tmp_path, capsys):
 def test_flags_before_a_subcommand_are_kept():
     """``metacog sim --agents 3 ablate`` ran the scenario's 5 agents: argparse let the subcommand's
     defaults overwrite the flags given before it."""
-    from metacog_fast.cli.main import build_parser
-
     p = build_parser("sim")
-    a = p.parse_args(["sim", "--agents", "3", "--steps", "6", "--progress-every", "3", "ablate", "--runs", "2"])
-    assert (a.agents, a.steps, a.progress_every, a.runs, a.out) == (3, 6, 3, 2, "results/sim")
-    a = p.parse_args(["sim", "--agents", "3", "ablate", "--agents", "4"])  # the later one wins
-    assert a.agents == 4
-    a = p.parse_args(["sim", "ablate", "--agents", "3"])
-    assert (a.agents, a.progress_every) == (3, 4)
+
+    def ablate(argv: str) -> Any:
+        return parse(p.parse_args(argv.split()))
+
+    c = ablate("sim --agents 3 --steps 6 --progress-every 3 ablate --runs 2")
+    assert (c.run.agents, c.run.steps, c.agent.progress_every, c.ablation.runs, c.out) == (3, 6, 3, 2, "results/sim")
+    assert ablate("sim --agents 3 ablate --agents 4").run.agents == 4  # the later one wins
+    c = ablate("sim ablate --agents 3")
+    assert (c.run.agents, c.agent.progress_every) == (3, 4)
+    assert ablate("sim --no-memory ablate").run.agents is None  # a flag of sim alone does not reach ablate

@@ -13,20 +13,21 @@ from metacog_fast.town.engine import SimConfig, Simulation
 
 
 def test_sim_arguments_reach_the_configs():
-    from metacog_fast.cli.dataclass_args import config_from_args
-    from metacog_fast.town.cli import ABLATION_FLAGS, FEATURE_FLAGS, RUN_FLAGS
+    from metacog_fast.cli.dataclass_args import build, parse
+    from metacog_fast.town.cli import AblateCommand, SimCommand
 
     parser = build_parser(load="sim")
     a = parser.parse_args(["sim", "--scenario", "mystery", "--agents", "4", "--steps", "7", "--no-metacognition",
                            "--no-judge", "--llm-threads", "2", "--progress-every", "3"])
-    assert (a.scenario, a.agents, a.steps, a.metacognition, a.sim_cmd) == ("mystery", 4, 7, False, None)
-    opts, llm, agent = (config_from_args(s, a) for s in RUN_FLAGS)
-    feats = config_from_args(FEATURE_FLAGS, a)
+    cmd = parse(a)
+    assert a.sim_cmd is None and a.cli_target is SimCommand
+    opts, llm, agent, feats = build(cmd.run), build(cmd.llm), build(cmd.agent), build(cmd.features)
+    assert (opts.scenario, opts.agents, opts.steps, feats.metacognition) == ("mystery", 4, 7, False)
     assert (opts.scenario, opts.judge, llm.llm_threads, agent.progress_every) == ("mystery", False, 2, 3)
     assert (feats.memory, feats.metacognition) == (True, False)
     b = parser.parse_args(["sim", "ablate", "--scenario", "zombie", "--runs", "3", "--configs", "all,memory_only"])
-    ab = config_from_args(ABLATION_FLAGS, b)
-    assert (b.sim_cmd, ab.runs, ab.configs) == ("ablate", 3, ("all", "memory_only"))
+    ab = build(parse(b).ablation)
+    assert (b.sim_cmd, b.cli_target, ab.runs, ab.configs) == ("ablate", AblateCommand, 3, ("all", "memory_only"))
     c = parser.parse_args(["sim", "report", "some/run"])
     assert (c.sim_cmd, c.run) == ("report", "some/run")
 

@@ -2,16 +2,19 @@
 fine-tuning of the ALFWorld actor (SFT), of the ScienceWorld Swift (SFT on gold paths,
 ``data --env scienceworld``, ``swift-eval``) and of the reflector (DPO).
 
-Flags are generated from the configuration dataclasses of :mod:`metacog_fast.finetune`
-(:mod:`metacog_fast.cli.dataclass_args`); folders to read and write are plain arguments.
+Each sub-command's command line is a dataclass read by tyro (:mod:`metacog_fast.cli.dataclass_args`):
+a view of its configuration dataclass and the folders it reads and writes.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+from typing import Annotated, Any, Literal, Optional
 
-from metacog_fast.cli.dataclass_args import ConfigError, Flags, add_config_flags, config_from_args, field_default
+import tyro
+
+from metacog_fast.cli.dataclass_args import ConfigError, add_command, build, field_default, parse, view
 
 ENVS = ("alfworld", "scienceworld")
 _SHARED_DATA_FIELDS = ("split", "workers")
@@ -27,20 +30,46 @@ def _parse_tasks(text: str) -> list[int]:
 _TASK_RANGES: dict = {"parsers": {"tasks": _parse_tasks}, "shown": {"tasks": "0-29"}}
 
 
-def _data_flags() -> tuple[Flags, Flags]:
-    """(ALFWorld DataConfig flags, ScienceWorld-only flags) of ``metacog finetune data``."""
+def _command(doc: str, config: type, folders: list[tuple[str, Any, Any, str]], **view_kw: Any) -> type:
+    """The command line of one ``finetune`` sub-command: ``config``'s flags (a view) and its folders,
+    ``[(field, type, default or dataclasses.MISSING, help)]``."""
+    fields: list[tuple[str, Any, Any]] = [("config", view(config, **view_kw), dataclasses.field())]
+    for name, tp, default, help_text in folders:
+        tp = Annotated[tp, tyro.conf.arg(help=help_text)]
+        fields.append((name, tp, dataclasses.field(kw_only=True) if default is dataclasses.MISSING
+                       else dataclasses.field(default=default, kw_only=True)))
+    return dataclasses.make_dataclass(f"{config.__name__}Command", fields, namespace={"__doc__": doc})
+
+
+_OUT = ("out", str, dataclasses.MISSING, "output folder (resumed when it exists)")
+
+
+def _data_command() -> type:
+    """``metacog finetune data``: the ALFWorld DataConfig and the ScienceWorld-only fields, by ``--env``."""
     from metacog_fast.alfworld.finetune.data import DataConfig
     from metacog_fast.scienceworld.finetune_data import ScienceWorldDataConfig
 
     # validate=False: which configuration is validated depends on --env (see _data)
-    return (Flags(DataConfig, validate=False),
-            Flags(ScienceWorldDataConfig, skip=_SHARED_DATA_FIELDS, validate=False, **_TASK_RANGES))
+    sw = view(ScienceWorldDataConfig, skip=_SHARED_DATA_FIELDS, validate=False, **_TASK_RANGES)
+    fields = [("config", view(DataConfig, validate=False), dataclasses.field()), ("sw", sw, dataclasses.field()),
+              ("out", Annotated[str, tyro.conf.arg(help="dataset folder (resumed when it exists)")],
+               dataclasses.field(kw_only=True)),
+              ("env", Annotated[Literal["alfworld", "scienceworld"], tyro.conf.arg(
+                  help="alfworld: the actor's walkthrough transcripts; scienceworld: one example per gold step, "
+                       "the LLM Swift's prompt and the gold option")], dataclasses.field(default="alfworld", kw_only=True)),
+              ("games_dir", Annotated[Optional[str], tyro.conf.arg(
+                  help="folder of played walkthroughs, shareable between datasets (None: OUT/games; alfworld)")],
+               dataclasses.field(default=None, kw_only=True))]
+    return dataclasses.make_dataclass("DataCommand", fields, namespace={
+        "__doc__": "Play expert walkthroughs (and add our agents' wins) into an SFT dataset; "
+                   "--env scienceworld: gold paths of train variations for the Swift."})
 
 
-def _given(spec: Flags, a: argparse.Namespace, skip: tuple[str, ...] = ()) -> list[str]:
-    """Flags of ``spec`` whose value differs from the dataclass default (those the user set)."""
-    return [spec.flag(f.name) for f in spec.fields()
-            if f.name not in skip and getattr(a, spec.dest(f.name)) != field_default(f)]
+def _given(obj: Any, skip: tuple[str, ...] = ()) -> list[str]:
+    """Flags of a view instance whose value differs from the dataclass default (those the user set)."""
+    flags = type(obj).__cli_flags__
+    return [flags[f.name] for f in dataclasses.fields(type(obj).__tyro_base__)
+            if f.name in flags and f.name not in skip and getattr(obj, f.name) != field_default(f)]
 
 
 def _checked(cfg: object) -> object:
@@ -56,52 +85,55 @@ def _data(a: argparse.Namespace) -> int:
     from metacog_fast.alfworld.finetune.data import build_dataset
     from metacog_fast.scienceworld.finetune_data import build_scienceworld_dataset
 
-    alf, sw = _data_flags()
-    if a.env == "scienceworld":
-        other = _given(alf, a, _SHARED_DATA_FIELDS) + (["--games-dir"] if a.games_dir is not None else [])
+    cmd = parse(a)
+    alf, sw = cmd.config, cmd.sw
+    if cmd.env == "scienceworld":
+        other = _given(alf, _SHARED_DATA_FIELDS) + (["--games-dir"] if cmd.games_dir is not None else [])
         if other:
             raise ConfigError(f"--env scienceworld: {', '.join(other)} belong to --env alfworld")
-        cfg = _checked(dataclasses.replace(config_from_args(sw, a), split=a.split, workers=a.workers))
-        manifest = build_scienceworld_dataset(a.out, cfg)
+        cfg = _checked(dataclasses.replace(build(sw), split=alf.split, workers=alf.workers))
+        manifest = build_scienceworld_dataset(cmd.out, cfg)
         print(json.dumps({k: v for k, v in manifest.items() if k != "variations"}))
         return 0
-    other = _given(sw, a)
+    other = _given(sw)
     if other:
         raise ConfigError(f"--env alfworld: {', '.join(other)} belong to --env scienceworld")
-    manifest = build_dataset(a.out, _checked(config_from_args(alf, a)), a.games_dir)
+    manifest = build_dataset(cmd.out, _checked(build(alf)), cmd.games_dir)
     print(json.dumps({k: v for k, v in manifest.items() if k != "games"}))
     return 0
 
 
 def _swift_eval(a: argparse.Namespace) -> int:
-    from metacog_fast.scienceworld.finetune_eval import SwiftAgreementConfig, agreement_markdown, evaluate_swift_agreement
+    from metacog_fast.scienceworld.finetune_eval import agreement_markdown, evaluate_swift_agreement
 
-    summary = evaluate_swift_agreement(a.out, config_from_args(Flags(SwiftAgreementConfig, **_TASK_RANGES), a))
-    print(agreement_markdown(summary))
+    cmd = parse(a)
+    print(agreement_markdown(evaluate_swift_agreement(cmd.out, build(cmd.config))))
     return 0
 
 
 def _sft(a: argparse.Namespace) -> int:
-    from metacog_fast.alfworld.finetune.sft import SFTConfig, train_sft
+    from metacog_fast.alfworld.finetune.sft import train_sft
 
-    facts = train_sft(a.data_dir[0] if len(a.data_dir) == 1 else a.data_dir, a.out, config_from_args(Flags(SFTConfig), a))
+    cmd = parse(a)
+    data = list(cmd.data_dir)
+    facts = train_sft(data[0] if len(data) == 1 else data, cmd.out, build(cmd.config))
     print(json.dumps(facts))
     return 0
 
 
 def _export(a: argparse.Namespace) -> int:
-    from metacog_fast.finetune.export import ExportConfig, export_gguf
+    from metacog_fast.finetune.export import export_gguf
 
-    facts = export_gguf(a.checkpoint, a.out, config_from_args(Flags(ExportConfig), a))
-    print(json.dumps(facts))
+    cmd = parse(a)
+    print(json.dumps(export_gguf(cmd.checkpoint, cmd.out, build(cmd.config))))
     return 0
 
 
 def _eval(a: argparse.Namespace) -> int:
-    from metacog_fast.alfworld.finetune.evaluate import EvalConfig, evaluate
+    from metacog_fast.alfworld.finetune.evaluate import evaluate
 
-    facts = evaluate(a.out, config_from_args(Flags(EvalConfig), a))
-    print(json.dumps(facts))
+    cmd = parse(a)
+    print(json.dumps(evaluate(cmd.out, build(cmd.config))))
     return 0
 
 
@@ -113,31 +145,35 @@ def _compare(a: argparse.Namespace) -> int:
 
 
 def _reflections(a: argparse.Namespace) -> int:
-    from metacog_fast.alfworld.finetune.reflections import ReflectionDataConfig, collect
+    from metacog_fast.alfworld.finetune.reflections import collect
 
-    print(json.dumps(collect(a.out, config_from_args(Flags(ReflectionDataConfig), a))))
+    cmd = parse(a)
+    print(json.dumps(collect(cmd.out, build(cmd.config))))
     return 0
 
 
 def _dagger(a: argparse.Namespace) -> int:
-    from metacog_fast.alfworld.finetune.dagger import DaggerConfig, collect_dagger, folder_config
+    from metacog_fast.alfworld.finetune.dagger import collect_dagger, folder_config
 
-    cfg = folder_config(a.out) if a.resume else config_from_args(Flags(DaggerConfig), a)
-    print(json.dumps(collect_dagger(a.out, cfg)))
+    cmd = parse(a)
+    cfg = folder_config(cmd.out) if cmd.resume else build(cmd.config)
+    print(json.dumps(collect_dagger(cmd.out, cfg)))
     return 0
 
 
 def _expert_eval(a: argparse.Namespace) -> int:
-    from metacog_fast.alfworld.finetune.evaluate import ExpertEvalConfig, evaluate_expert
+    from metacog_fast.alfworld.finetune.evaluate import evaluate_expert
 
-    print(json.dumps(evaluate_expert(a.out, config_from_args(Flags(ExpertEvalConfig), a))))
+    cmd = parse(a)
+    print(json.dumps(evaluate_expert(cmd.out, build(cmd.config))))
     return 0
 
 
 def _dpo(a: argparse.Namespace) -> int:
-    from metacog_fast.alfworld.finetune.dpo import DPOTrainConfig, train_dpo
+    from metacog_fast.alfworld.finetune.dpo import train_dpo
 
-    print(json.dumps(train_dpo(a.pairs_dir, a.out, config_from_args(Flags(DPOTrainConfig), a)), default=str))
+    cmd = parse(a)
+    print(json.dumps(train_dpo(list(cmd.pairs_dir), cmd.out, build(cmd.config)), default=str))
     return 0
 
 
@@ -149,104 +185,95 @@ def _reflections_compare(a: argparse.Namespace) -> int:
 
 
 def _scorer(a: argparse.Namespace) -> int:
-    from metacog_fast.alfworld.finetune.scorer import ScorerFitConfig, fit_scorer, load_episodes
+    from metacog_fast.alfworld.finetune.scorer import fit_scorer, load_episodes
 
-    rep = fit_scorer(load_episodes(a.episodes), a.out, config_from_args(Flags(ScorerFitConfig), a))
+    cmd = parse(a)
+    rep = fit_scorer(load_episodes(list(cmd.episodes)), cmd.out, build(cmd.config))
     cv = rep.get("crossval", {})
     print(json.dumps({"trained_on": rep["trained_on"], "chunk_auroc2": cv.get("chunk_auroc2_text"),
                       "episode_auroc2": cv.get("episode_auroc2_text")}))
     return 0
 
 
-def attach(p: argparse.ArgumentParser) -> None:
-    """Fills ``metacog finetune`` (:mod:`metacog_fast.cli.commands`)."""
-    sub = p.add_subparsers(dest="finetune_cmd", required=True,
-                           metavar="{data,dagger,sft,export,eval,expert-eval,compare,reflections,dpo,reflections-compare,scorer,swift-eval}")
-    d = sub.add_parser("data", help="play expert walkthroughs (and add our agents' wins) into an SFT dataset; "
-                                    "--env scienceworld: gold paths of train variations for the Swift")
-    d.add_argument("--out", required=True, help="dataset folder (resumed when it exists)")
-    d.add_argument("--env", choices=ENVS, default="alfworld",
-                   help="alfworld: the actor's walkthrough transcripts; scienceworld: one example per gold step, "
-                        "the LLM Swift's prompt and the gold option (default alfworld)")
-    d.add_argument("--games-dir", default=None,
-                   help="folder of played walkthroughs, shareable between datasets (default OUT/games; alfworld)")
-    for spec in _data_flags():
-        add_config_flags(d, spec)
-    d.set_defaults(func=_data)
+_MISSING = dataclasses.MISSING
+
+
+def _commands() -> dict[str, tuple[str, Any, Any]]:
+    """{sub-command: (help line, command dataclass or None for plain arguments, func)}."""
     from metacog_fast.alfworld.finetune.dagger import DaggerConfig
-    from metacog_fast.alfworld.finetune.sft import SFTConfig
-
-    g = sub.add_parser("dagger", help="the actor plays, the hand-coded expert labels every state it reaches "
-                                      "(DAgger): an SFT dataset with the loss on the expert's commands (resumable)")
-    g.add_argument("--out", required=True, help="collection folder (resumed when it exists)")
-    g.add_argument("--resume", action="store_true",
-                   help="take the configuration from OUT/config.json and ignore the other flags (a collection "
-                        "unpacked from committed records: its dataset.jsonl and manifest are rebuilt, its actor is "
-                        "opened only if games are missing)")
-    add_config_flags(g, Flags(DaggerConfig))
-    g.set_defaults(func=_dagger)
-    s = sub.add_parser("sft", help="LoRA / full SFT of the actor on a dataset (resumable)")
-    s.add_argument("--data-dir", required=True, nargs="+",
-                   help="dataset folder(s) written by `metacog finetune data` or `metacog finetune dagger` "
-                        "(several: their union)")
-    s.add_argument("--out", required=True, help="training folder (checkpoints, log; resumed when it exists)")
-    add_config_flags(s, Flags(SFTConfig))
-    s.set_defaults(func=_sft)
-    from metacog_fast.alfworld.finetune.evaluate import EvalConfig
-    from metacog_fast.finetune.export import ExportConfig
-
-    e = sub.add_parser("export", help="export a trained checkpoint to GGUF for the embedded llama.cpp backend")
-    e.add_argument("--checkpoint", required=True, help="training folder (its final or latest checkpoint)")
-    e.add_argument("--out", required=True, help="model folder: model.json + the GGUF file")
-    add_config_flags(e, Flags(ExportConfig))
-    e.set_defaults(func=_export)
-    v = sub.add_parser("eval", help="an actor as a ReAct agent on ALFWorld games: success with Wilson intervals")
-    v.add_argument("--out", required=True, help="evaluation folder (resumed when it exists)")
-    add_config_flags(v, Flags(EvalConfig))
-    v.set_defaults(func=_eval)
-    from metacog_fast.alfworld.finetune.evaluate import ExpertEvalConfig
-
-    x = sub.add_parser("expert-eval", help="ALFWorld's hand-coded expert on the evaluation games: "
-                                           "the imitation ceiling, with Wilson intervals")
-    x.add_argument("--out", required=True, help="output folder (summary.json, summary.md, episodes.jsonl)")
-    add_config_flags(x, Flags(ExpertEvalConfig))
-    x.set_defaults(func=_expert_eval)
-    c = sub.add_parser("compare", help="game-paired comparison of two evaluation folders (McNemar, bootstrap)")
-    c.add_argument("a", help="evaluation folder A")
-    c.add_argument("b", help="evaluation folder B")
-    c.set_defaults(func=_compare)
     from metacog_fast.alfworld.finetune.dpo import DPOTrainConfig
+    from metacog_fast.alfworld.finetune.evaluate import EvalConfig, ExpertEvalConfig
     from metacog_fast.alfworld.finetune.reflections import ReflectionDataConfig
-
-    r = sub.add_parser("reflections", help="sample reflections on failed attempts and play the next attempt "
-                                           "after each: DPO pairs and reflection quality (resumable)")
-    r.add_argument("--out", required=True, help="collection folder (resumed when it exists)")
-    add_config_flags(r, Flags(ReflectionDataConfig))
-    r.set_defaults(func=_reflections)
-    o = sub.add_parser("dpo", help="DPO of the reflector (LoRA) on collected pairs (resumable)")
-    o.add_argument("--pairs-dir", required=True, nargs="+",
-                   help="collection folder(s) written by `metacog finetune reflections` (several: their pairs joined)")
-    o.add_argument("--out", required=True, help="training folder (checkpoints, log; resumed when it exists)")
-    add_config_flags(o, Flags(DPOTrainConfig))
-    o.set_defaults(func=_dpo)
-    q = sub.add_parser("reflections-compare",
-                       help="reflection quality of two reflectors on the same games (game-paired bootstrap)")
-    q.add_argument("a", help="reflection collection A (e.g. with the DPO reflector)")
-    q.add_argument("b", help="reflection collection B (e.g. with the base reflector), same actor and games")
-    q.set_defaults(func=_reflections_compare)
     from metacog_fast.alfworld.finetune.scorer import ScorerFitConfig
-
-    m = sub.add_parser("scorer", help="the actor's self-assessment scorer M_sa from its own recorded episodes, "
-                                      "with a cross-validated AUROC2 on held-out games")
-    m.add_argument("--episodes", nargs="+", required=True,
-                   help="evaluation folders holding episode records (e.g. results/finetune/eval_rr1200_final_60)")
-    m.add_argument("--out", required=True, help="scorer folder (head.safetensors, config.json, scorer.json)")
-    add_config_flags(m, Flags(ScorerFitConfig))
-    m.set_defaults(func=_scorer)
+    from metacog_fast.alfworld.finetune.sft import SFTConfig
+    from metacog_fast.finetune.export import ExportConfig
     from metacog_fast.scienceworld.finetune_eval import SwiftAgreementConfig
 
-    w = sub.add_parser("swift-eval", help="ScienceWorld Swift agreement: top-1 agreement with the expert on held-out "
-                                          "dev gold steps of the ranker and of LLMs as the LLM Swift (Wilson intervals)")
-    w.add_argument("--out", required=True, help="evaluation folder (resumed when it exists): agreement.json")
-    add_config_flags(w, Flags(SwiftAgreementConfig, **_TASK_RANGES))
-    w.set_defaults(func=_swift_eval)
+    def cmd(help_line: str, config: type, folders: list, **kw: Any) -> tuple[str, type]:
+        return help_line, _command(help_line, config, folders, **kw)
+
+    return {
+        "data": ("play expert walkthroughs (and add our agents' wins) into an SFT dataset; --env scienceworld: "
+                 "gold paths of train variations for the Swift", _data_command(), _data),
+        "dagger": (*cmd("the actor plays, the hand-coded expert labels every state it reaches (DAgger): an SFT dataset "
+                        "with the loss on the expert's commands (resumable)", DaggerConfig,
+                        [("out", str, _MISSING, "collection folder (resumed when it exists)"),
+                         ("resume", bool, False, "take the configuration from OUT/config.json and ignore the other "
+                          "flags (a collection unpacked from committed records: its dataset.jsonl and manifest are "
+                          "rebuilt, its actor is opened only if games are missing)")]), _dagger),
+        "sft": (*cmd("LoRA / full SFT of the actor on a dataset (resumable)", SFTConfig,
+                     [("data_dir", tuple[str, ...], _MISSING, "dataset folder(s) written by `metacog finetune data` "
+                       "or `metacog finetune dagger` (several: their union)"),
+                      ("out", str, _MISSING, "training folder (checkpoints, log; resumed when it exists)")]), _sft),
+        "export": (*cmd("export a trained checkpoint to GGUF for the embedded llama.cpp backend", ExportConfig,
+                        [("checkpoint", str, _MISSING, "training folder (its final or latest checkpoint)"),
+                         ("out", str, _MISSING, "model folder: model.json + the GGUF file")]), _export),
+        "eval": (*cmd("an actor as a ReAct agent on ALFWorld games: success with Wilson intervals", EvalConfig,
+                      [("out", str, _MISSING, "evaluation folder (resumed when it exists)")]), _eval),
+        "expert-eval": (*cmd("ALFWorld's hand-coded expert on the evaluation games: the imitation ceiling, with "
+                             "Wilson intervals", ExpertEvalConfig,
+                             [("out", str, _MISSING, "output folder (summary.json, summary.md, episodes.jsonl)")]),
+                        _expert_eval),
+        "compare": ("game-paired comparison of two evaluation folders (McNemar, bootstrap)", None, _compare),
+        "reflections": (*cmd("sample reflections on failed attempts and play the next attempt after each: DPO pairs "
+                             "and reflection quality (resumable)", ReflectionDataConfig,
+                             [("out", str, _MISSING, "collection folder (resumed when it exists)")]), _reflections),
+        "dpo": (*cmd("DPO of the reflector (LoRA) on collected pairs (resumable)", DPOTrainConfig,
+                     [("pairs_dir", tuple[str, ...], _MISSING, "collection folder(s) written by `metacog finetune "
+                       "reflections` (several: their pairs joined)"),
+                      ("out", str, _MISSING, "training folder (checkpoints, log; resumed when it exists)")]), _dpo),
+        "reflections-compare": ("reflection quality of two reflectors on the same games (game-paired bootstrap)",
+                                None, _reflections_compare),
+        "scorer": (*cmd("the actor's self-assessment scorer M_sa from its own recorded episodes, with a "
+                        "cross-validated AUROC2 on held-out games", ScorerFitConfig,
+                        [("episodes", tuple[str, ...], _MISSING, "evaluation folders holding episode records "
+                          "(e.g. results/finetune/eval_rr1200_final_60)"),
+                         ("out", str, _MISSING, "scorer folder (head.safetensors, config.json, scorer.json)")]),
+                   _scorer),
+        "swift-eval": (*cmd("ScienceWorld Swift agreement: top-1 agreement with the expert on held-out dev gold "
+                            "steps of the ranker and of LLMs as the LLM Swift (Wilson intervals)", SwiftAgreementConfig,
+                            [("out", str, _MISSING, "evaluation folder (resumed when it exists): agreement.json")],
+                            **_TASK_RANGES), _swift_eval),
+        "ship": _ship_entry(),
+    }
+
+
+def _ship_entry() -> tuple[str, Any, Any]:
+    from metacog_fast.alfworld.finetune import ship
+
+    return ship.HELP, ship.SHIP_VIEW, ship.run
+
+
+def attach(p: argparse.ArgumentParser) -> None:
+    """Fills ``metacog finetune`` (:mod:`metacog_fast.cli.commands`)."""
+    commands = _commands()
+    sub = p.add_subparsers(dest="finetune_cmd", required=True, metavar="{" + ",".join(commands) + "}")
+    for name, (help_line, command, func) in commands.items():
+        if command is None:  # two folders to compare: plain positional arguments
+            c = sub.add_parser(name, help=help_line, description=help_line)
+            c.add_argument("a", help="folder A")
+            c.add_argument("b", help="folder B (same games)")
+        else:
+            c = sub.add_parser(name, help=help_line, add_help=False)
+            add_command(c, command)
+        c.set_defaults(func=func)

@@ -16,20 +16,26 @@ import argparse
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from metacog_fast.cli.demo_registry import (DemoPart, ProgressFactory, csv_list, expert_summary, model_info,
-                                              play_expert_plan, positive_int, register_demo_part)
+from metacog_fast.cli.demo_registry import (DemoPart, PositiveInt, ProgressFactory, expert_summary, model_info,
+                                              play_expert_plan, register_demo_part)
 from metacog_fast.envs.base import Env
 
 
 # -- the environment checked with its expert (runs under --quick) ----------------------------
 
-def _aw_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("alfworld")
-    g.add_argument("--alfworld-games", type=positive_int, default=6, help="games, one task type after the other (default 6: one per type)")
-    g.add_argument("--alfworld-split", default="valid_seen", help="split folder (default valid_seen)")
-    g.add_argument("--alfworld-data", default=None, help="data folder (default $ALFWORLD_DATA or <repo>/data/alfworld)")
+@dataclass
+class AlfworldDemo:
+    """``--parts alfworld``: games played by their walkthroughs."""
+
+    games: PositiveInt = 6
+    """Games, one task type after the other (6: one per type)."""
+    split: str = "valid_seen"
+    """Split folder."""
+    data: str | None = None
+    """Data folder (None: $ALFWORLD_DATA or <repo>/data/alfworld)."""
 
 
 def _round_robin_by_type(games: list[Any], n: int) -> list[int]:
@@ -78,25 +84,29 @@ def _aw_run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, An
     return out
 
 
-register_demo_part(DemoPart("alfworld", "ALFWorld games played by their walkthroughs", _aw_args, _aw_run, needs=("alfworld",), quick=True))
+register_demo_part(DemoPart("alfworld", "ALFWorld games played by their walkthroughs", AlfworldDemo, _aw_run, needs=("alfworld",), quick=True))
 
 
 # -- the agent ---------------------------------------------------------------------------
 
 
-def _args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("alfworld_muse")
-    g.add_argument("--alfworld-muse-scorer", default=None,
-                   help="pre-deployment scorer folder (default: the scorer that ships with the actor; "
-                        "without one, a quick expert-walkthrough scorer fitted on the spot)")
-    g.add_argument("--alfworld-muse-split", default="valid_seen",
-                   help="split (default valid_seen: games neither the actor nor its scorer was trained on)")
-    g.add_argument("--alfworld-muse-game", type=int, default=0, help="game index in the round-robin order (default 0)")
-    g.add_argument("--alfworld-muse-steps", type=int, default=8, help="episode steps (default 8)")
-    g.add_argument("--alfworld-muse-rollouts", type=int, default=5, help="rollouts per step (default 5)")
-    g.add_argument("--alfworld-muse-llm", default="finetuned:alfworld",
-                   help="actor LLM URI (default finetuned:alfworld, the shipped fine-tuned SmolLM2; "
-                        "'llama-cpp://' for the base model)")
+@dataclass
+class AlfworldMuseDemo:
+    """``--parts alfworld_muse``: one MUSE episode."""
+
+    scorer: str | None = None
+    """Pre-deployment scorer folder (None: the scorer that ships with the actor; without one, a quick
+    expert-walkthrough scorer fitted on the spot)."""
+    split: str = "valid_seen"
+    """Split (valid_seen: games neither the actor nor its scorer was trained on)."""
+    game: int = 0
+    """Game index in the round-robin order."""
+    steps: int = 8
+    """Episode steps."""
+    rollouts: int = 5
+    """Rollouts per step."""
+    llm: str = "finetuned:alfworld"
+    """Actor LLM URI (finetuned:alfworld: the shipped fine-tuned SmolLM2; 'llama-cpp://' for the base model)."""
 
 
 def _actor(uri: str, seed: int) -> tuple[Any, int, str, str | None]:
@@ -218,5 +228,5 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
 
 
 register_demo_part(DemoPart("alfworld_muse", "one MUSE episode on ALFWorld: each step's rollouts with M_sa scores "
-                            "(the shipped fine-tuned actor and its scorer)", _args, _run,
+                            "(the shipped fine-tuned actor and its scorer)", AlfworldMuseDemo, _run,
                             needs=("alfworld",)))

@@ -1,7 +1,7 @@
 """Every ``metacog`` command, registered one way: a path, a help line, and ``"module:function"``.
 
-``function(parser)`` fills the command's own (leaf) parser: its flags, generated from the
-configuration dataclasses (:mod:`metacog_fast.cli.dataclass_args`), and ``func(args) -> int``.
+``function(parser)`` fills the command's own (leaf) parser: its flags, read by tyro from the
+command's dataclass (:func:`metacog_fast.cli.dataclass_args.add_command`), and ``func(args) -> int``.
 Several entries can share a first word (``run alfworld``, ``run scienceworld``): the first word
 becomes a parser whose sub-commands are the second words, with the help line of :data:`GROUPS`.
 

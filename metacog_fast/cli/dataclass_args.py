@@ -1,60 +1,42 @@
-"""Command-line flags generated from configuration dataclasses: the one place argparse meets a config.
+"""Command-line flags of configuration dataclasses, read by ``tyro``: a thin adapter.
 
-Each field of a dataclass becomes ``--<prefix><field-name>`` (underscores -> dashes). Its help is
-the docstring written under the field (the attribute-docstring convention of this package), its
-default the field's default (defaults live only in the dataclasses), and a field without a default
-is a required flag. Types:
+tyro makes the flags: one per dataclass field (``--field-name``), its help the docstring under the
+field, its default the field's default, its errors naming the flag. A command declares its command
+line as one dataclass (``target``) whose fields are the configurations it builds (nested, their
+prefixes omitted, so the flags stay flat) and its plain arguments (``out: str``, ...).
 
-- ``int``, ``float``, ``str``; ``Literal["a", "b"]`` (the values become the choices);
-- ``bool``: ``--flag`` / ``--no-flag``; ``bool | None`` the same, None when neither is given;
-- ``X | None``: the word ``none`` gives None;
-- ``tuple[X, ...]`` / ``list[X]``: comma-separated (``--tasks 1,2,3``), or space-separated when the
-  field is given ``nargs``;
-- a field whose type is itself a dataclass is skipped (add that dataclass as its own :class:`Flags`
-  and pass the built object to the outer one).
+What this module adds, and why tyro alone does not do it:
 
-A command describes its configuration as a tuple of :class:`Flags`, one per dataclass, adds them
-with :func:`add_config_flags` and builds the objects back with :func:`configs_from_args`, in the
-same order. Adding another dataclass to a command is one more ``Flags(...)`` in its tuple.
-``Flags`` also carries what a command line needs beyond the field itself, so that no spelling users
-type ever has to change: extra spellings (``aliases``), spellings that set a bool field to False
-(``negations``), choices for a ``str`` field, a converter for a custom syntax (``parsers``),
-``nargs``, and fields taken as positional arguments.
+- :func:`view`: the configuration dataclasses belong to the families and know nothing of the
+  command line, so the spellings users already type are put on a *view*, a subclass whose fields are
+  re-annotated for tyro (``tyro.conf.arg(name=..., aliases=...)``, ``Literal`` choices,
+  ``tyro.conf.Positional``, ``tyro.conf.Suppress``), field docstrings still read from the base class.
+  tyro has no form for comma lists (``--tasks 0-2,7``), for ``none`` as None, for ``--x`` / ``--no-x``
+  on a ``bool | None`` field or for a second flag that sets a bool to False (``--hide-strategic``):
+  those are a :class:`tyro.constructors.PrimitiveConstructorSpec` each, or a rewrite of the words.
+- :func:`build`: tyro turns a ``ValueError`` of ``__post_init__`` into its own exit; a configuration
+  the dataclass rejects must instead be a :class:`ConfigError` naming the flag (``main`` returns 2,
+  nothing ran), so a view's ``__post_init__`` is off and :func:`build` makes and validates the base.
+- :func:`add_command` / :func:`parse`: ``metacog`` dispatches with argparse (lazy commands) and
+  callers hand leaf parsers around as argparse parsers; tyro cannot put its arguments into an
+  argparse parser, so the leaf gets one argparse action per tyro spelling that only *collects* the
+  words (and ``--help``), and :func:`parse` gives them to ``tyro.cli``.
 """
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
-import inspect
-import textwrap
 import types
 import typing
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+import warnings
+from typing import Annotated, Any, Callable, Literal, Mapping, Sequence
 
+__all__ = ["ConfigError", "add_command", "build", "field_default", "parse", "view", "words"]
 
-class ConfigError(ValueError):
-    """A parsed command line that its configuration rejects; the message names the flag."""
+import tyro
+from tyro.constructors import PrimitiveConstructorSpec
 
-
-def field_docs(cls: type) -> dict[str, str]:
-    """{field name: the docstring under it} of a dataclass (empty for fields without one)."""
-    out: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        if not dataclasses.is_dataclass(klass):
-            continue
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
-        except (OSError, TypeError):
-            continue
-        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-        for node, nxt in zip(body, body[1:]):
-            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                    and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-                    and isinstance(nxt.value.value, str)):
-                out[node.target.id] = " ".join(nxt.value.value.split())
-    return out
+from metacog_fast.cli.errors import ConfigError
 
 
 def field_default(f: dataclasses.Field) -> Any:
@@ -64,67 +46,6 @@ def field_default(f: dataclasses.Field) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
     return dataclasses.MISSING
-
-
-@dataclass(frozen=True)
-class Flags:
-    """How one configuration dataclass appears on a command line."""
-
-    cls: type
-    """The dataclass; one flag per field."""
-    prefix: str = ""
-    """Put before every field name in the flag and the namespace attribute (``"agent_"`` ->
-    ``--agent-max-steps``); for two dataclasses of one command whose field names collide."""
-    only: tuple[str, ...] | None = None
-    """Only these fields get flags (None: all)."""
-    skip: tuple[str, ...] = ()
-    """Fields that get no flag (they keep their dataclass default, or are passed by the command)."""
-    aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """{field: more spellings of its flag}, e.g. ``{"test_episodes": ("--episodes",)}``; a bool
-    field's ``--no-`` forms come with them."""
-    negations: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """{bool field: spellings that set it to False}, e.g. ``{"show_strategic": ("--hide-strategic",)}``."""
-    choices: Mapping[str, Sequence[Any]] = field(default_factory=dict)
-    """{field: allowed values} for fields typed ``str`` (a ``Literal`` type gives them itself)."""
-    parsers: Mapping[str, Callable[[str], Any]] = field(default_factory=dict)
-    """{field: str -> value} for a syntax of its own (e.g. task ranges ``0-29``); raise ValueError
-    on bad text."""
-    shown: Mapping[str, str] = field(default_factory=dict)
-    """{field: how its default is written in the help} where ``parsers`` reads a syntax of its own."""
-    nargs: Mapping[str, str] = field(default_factory=dict)
-    """{tuple/list field: argparse nargs} to take its items as separate words (``--checkpoint A B``)."""
-    positional: tuple[str, ...] = ()
-    """Fields taken as positional arguments (in this order) instead of flags; they must be given."""
-    required: tuple[str, ...] = ()
-    """Fields whose flag must be given although the dataclass has a default."""
-    validate: bool = True
-    """Call the built object's ``validate()`` when it has one."""
-
-    def fields(self) -> list[dataclasses.Field]:
-        """The fields that get a flag or a positional argument."""
-        hints = _hints(self.cls)
-        out = []
-        for f in dataclasses.fields(self.cls):
-            if f.name in self.skip or (self.only is not None and f.name not in self.only):
-                continue
-            if dataclasses.is_dataclass(_strip_optional(hints[f.name])):
-                continue
-            out.append(f)
-        return out
-
-    def flag(self, name: str) -> str:
-        """The canonical flag of field ``name`` (``--`` + kebab case)."""
-        return "--" + (self.prefix + name).replace("_", "-")
-
-    def dest(self, name: str) -> str:
-        return self.prefix + name
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    try:
-        return typing.get_type_hints(cls)
-    except Exception as e:  # an annotation that cannot be resolved at run time
-        raise TypeError(f"{cls.__name__}: cannot resolve field types for command-line flags ({e})") from None
 
 
 def _strip_optional(tp: Any) -> Any:
@@ -142,173 +63,289 @@ def _is_optional(tp: Any) -> bool:
 _TYPE_WORDS = {int: "an integer", float: "a number", str: "a string"}
 
 
-def _scalar(tp: Any, choices: Sequence[Any] | None) -> Callable[[str], Any]:
-    """str -> value for an int/float/str/Literal type; errors say what was expected."""
-    if typing.get_origin(tp) is typing.Literal:
-        choices = typing.get_args(tp)
-        tp = type(choices[0])
-    if tp not in _TYPE_WORDS:
-        raise TypeError(f"no command-line parser for type {tp!r}")
+def _scalar(tp: Any) -> Callable[[str], Any]:
+    """str -> value for int/float/str/Literal; the error says what was expected."""
+    choices = typing.get_args(tp) if typing.get_origin(tp) is typing.Literal else None
+    base = type(choices[0]) if choices else tp
 
     def convert(text: str) -> Any:
         try:
-            value = tp(text)
+            value = base(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {_TYPE_WORDS[tp]}, got {text!r}") from None
+            raise ValueError(f"expected {_TYPE_WORDS[base]}, got {text!r}") from None
         if choices is not None and value not in choices:
-            raise argparse.ArgumentTypeError(
-                f"expected one of {', '.join(map(str, choices))}; got {text!r}")
+            raise ValueError(f"expected one of {', '.join(map(str, choices))}; got {text!r}")
         return value
 
-    convert.__name__ = tp.__name__
     return convert
 
 
-def _literal_choices(tp: Any) -> tuple[Any, ...] | None:
-    tp = _strip_optional(tp)
-    return typing.get_args(tp) if typing.get_origin(tp) is typing.Literal else None
+def _shown(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value)) if value else "empty"
+    return "none" if value is None else str(value)
 
 
-def _converter(spec: Flags, f: dataclasses.Field, tp: Any) -> tuple[Callable[[str], Any], bool]:
-    """(str -> value, is a sequence field taking nargs) for one field."""
-    name = f.name
-    if name in spec.parsers:
-        custom = spec.parsers[name]
+def _spec(parse: Callable[[str], Any], metavar: str, shown: str | None) -> PrimitiveConstructorSpec:
+    """One word -> value by ``parse`` (a ValueError is tyro's error naming the flag)."""
+    return PrimitiveConstructorSpec(
+        nargs=1, metavar=metavar, instance_from_str=lambda words: parse(words[0]),
+        is_instance=lambda v: True,
+        str_from_instance=lambda v: [shown if shown is not None else _shown(v)])
 
-        def parse(text: str) -> Any:
-            try:
-                return custom(text)
-            except ValueError as e:
-                raise argparse.ArgumentTypeError(str(e)) from None
 
-        parse.__name__ = name
-        return parse, False
-    optional = _is_optional(tp)
-    inner = _strip_optional(tp)
-    choices = spec.choices.get(name)
+def _word_spec(tp: Any, parser: Callable[[str], Any] | None, shown: str | None) -> PrimitiveConstructorSpec | None:
+    """The spec of a field whose words tyro would read otherwise (None: tyro's own)."""
+    optional, inner = _is_optional(tp), _strip_optional(tp)
+    if parser is not None:
+        return _spec(parser, "TEXT", shown)
     origin = typing.get_origin(inner)
     if origin in (tuple, list):
         args = [a for a in typing.get_args(inner) if a is not Ellipsis]
-        item = _scalar(args[0] if args else str, choices)
-        if name in spec.nargs:
-            return item, True
+        item = _scalar(args[0] if args else str)
         container = tuple if origin is tuple else list
 
-        def convert_seq(text: str) -> Any:
+        def seq(text: str) -> Any:
             if optional and text.lower() == "none":
                 return None
             return container(item(x.strip()) for x in text.split(",") if x.strip())
 
-        convert_seq.__name__ = "list"
-        return convert_seq, False
-    scalar = _scalar(inner, choices)
-    if not optional:
-        return scalar, False
-
-    def convert_opt(text: str) -> Any:
-        return None if text.lower() == "none" else scalar(text)
-
-    convert_opt.__name__ = scalar.__name__
-    return convert_opt, False
+        return _spec(seq, "A,B,..." + ("|none" if optional else ""), shown)
+    if optional and inner is not bool:
+        scalar = _scalar(inner)
+        choices = typing.get_args(inner) if typing.get_origin(inner) is typing.Literal else None
+        metavar = ("{" + ",".join(map(str, choices)) + "}" if choices else getattr(inner, "__name__", "X").upper())
+        return _spec(lambda text: None if text.lower() == "none" else scalar(text), metavar + "|none", shown)
+    return None
 
 
-def _shown(default: Any) -> str:
-    if isinstance(default, (tuple, list)):
-        return ",".join(map(str, default)) if default else "empty"
-    return "none" if default is None else str(default)
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
-def add_config_flags(p: argparse.ArgumentParser | Any, *specs: Flags) -> None:
-    """Add the flags (and positional arguments) of every dataclass in ``specs`` to ``p``."""
-    for spec in specs:
-        docs = field_docs(spec.cls)
-        hints = _hints(spec.cls)
-        by_name = {f.name: f for f in spec.fields()}
-        for key in (*spec.aliases, *spec.negations, *spec.choices, *spec.parsers, *spec.nargs, *spec.positional,
-                    *spec.required, *spec.shown):
-            if key not in by_name:
-                raise TypeError(f"Flags({spec.cls.__name__}): {key!r} is not a field that gets a flag")
-        order = [by_name[n] for n in spec.positional] + [f for f in by_name.values() if f.name not in spec.positional]
-        for f in order:
-            tp = hints[f.name]
-            default = field_default(f)
-            help_text = docs.get(f.name, "").replace("%", "%%")  # argparse formats help with %
-            choices = spec.choices.get(f.name) or _literal_choices(tp)
-            if f.name in spec.positional:
-                conv, _ = _converter(spec, f, tp)
-                kw: dict[str, Any] = {"type": conv, "help": help_text}
-                if choices is not None and not _is_optional(tp):
-                    kw["choices"] = choices
-                p.add_argument(spec.dest(f.name), **kw)  # a positional argument is always given
+def view(cls: type, *, names: Mapping[str, str] | None = None, aliases: Mapping[str, Sequence[str]] | None = None,
+         negations: Mapping[str, Sequence[str]] | None = None, choices: Mapping[str, Sequence[Any]] | None = None,
+         parsers: Mapping[str, Callable[[str], Any]] | None = None, shown: Mapping[str, str] | None = None,
+         positional: Sequence[str] = (), required: Sequence[str] = (), only: Sequence[str] | None = None,
+         skip: Sequence[str] = (), spaced: Sequence[str] = (), nested: Mapping[str, type] | None = None,
+         validate: bool = True) -> type:
+    """A subclass of dataclass ``cls`` re-annotated for tyro (what :func:`build` turns back into ``cls``).
+
+    ``names``: {field: flag name without ``--``} (default the field name in kebab case);
+    ``aliases``: {field: more spellings}; ``negations``: {bool field: spellings that set it False};
+    ``choices``: {str field: allowed values}; ``parsers``: {field: str -> value} for a syntax of its
+    own (``shown``: how its default is written); ``positional``: fields taken as positional arguments;
+    ``required``: fields that must be given although they have a default; ``only`` / ``skip``: the
+    fields that get a flag (the others keep their default); ``spaced``: tuple fields taking their
+    items as separate words (``--checkpoint A B``) instead of a comma list; ``nested``: {field: the
+    view of its dataclass}; ``validate``: call the built object's ``validate()``."""
+    names, aliases, negations = dict(names or {}), dict(aliases or {}), dict(negations or {})
+    choices, parsers, shown, nested = dict(choices or {}), dict(parsers or {}), dict(shown or {}), dict(nested or {})
+    hints = typing.get_type_hints(cls, include_extras=True)  # keep a field's own tyro annotations
+    by_name = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in (*names, *aliases, *negations, *choices, *parsers, *shown, *positional, *required, *skip, *spaced,
+                *nested, *(only or ())):
+        if key not in by_name:
+            raise TypeError(f"view({cls.__name__}): {key!r} is not a field")
+    flags: dict[str, str] = {}
+    rewrites: dict[str, list[str]] = {}
+    optional_bools: list[str] = []
+    fields: list[tuple[str, Any, Any]] = []
+    for name, f in by_name.items():
+        tp = hints[name]
+        if typing.get_origin(tp) is Annotated:  # the field declares its own tyro form: keep it
+            if name in skip or (only is not None and name not in only):
+                fields.append((name, Annotated[tp, tyro.conf.Suppress], dataclasses.field(default=f.default)))
                 continue
-            names = [spec.flag(f.name), *spec.aliases.get(f.name, ())]
-            required = default is dataclasses.MISSING or f.name in spec.required
-            tail = " (required)" if required else f" (default {spec.shown.get(f.name, _shown(default))})"
-            if _strip_optional(tp) is bool:  # bool | None: the default None stays None without the flag
-                p.add_argument(*names, dest=spec.dest(f.name), action=argparse.BooleanOptionalAction,
-                               default=None if required else default, required=required, help=help_text + tail)
-                for neg in spec.negations.get(f.name, ()):
-                    p.add_argument(neg, dest=spec.dest(f.name), action="store_false", default=argparse.SUPPRESS,
-                                   help=f"same as --no-{(spec.prefix + f.name).replace('_', '-')}")
-                continue
-            conv, seq = _converter(spec, f, tp)
-            kw = {"dest": spec.dest(f.name), "type": conv, "help": help_text + tail, "required": required}
-            if not required:
-                kw["default"] = default
-            if seq:
-                kw["nargs"] = spec.nargs[f.name]
-            if choices is not None and not _is_optional(tp) and not seq and f.name not in spec.parsers:
-                kw["choices"] = choices
-            elif choices is not None:
-                kw["metavar"] = "{" + ",".join(map(str, choices)) + "}"
-            p.add_argument(*names, **kw)
-
-
-def config_from_args(spec: Flags | type, args: argparse.Namespace, **fixed: Any) -> Any:
-    """The dataclass of ``spec`` built from parsed flags (plus ``fixed`` fields, e.g. a nested config).
-
-    Values the dataclass rejects (its ``__post_init__`` or ``validate()`` raising ValueError) become
-    a :class:`ConfigError` that names the flag."""
-    if not isinstance(spec, Flags):
-        spec = Flags(spec)
-    hints = _hints(spec.cls)
-    kw: dict[str, Any] = {}
-    for f in spec.fields():
-        if f.name in fixed or not hasattr(args, spec.dest(f.name)):
+            flags[name] = _flag(names.get(name, name))
+            arg = tyro.conf.arg(name=names.get(name, name).replace("_", "-"), aliases=tuple(aliases.get(name, ())) or None)
+            fields.append((name, Annotated[tp, arg], dataclasses.field(default=f.default) if f.default is not
+                           dataclasses.MISSING else dataclasses.field(kw_only=True)))
             continue
-        value = getattr(args, spec.dest(f.name))
-        origin = typing.get_origin(_strip_optional(hints[f.name]))
-        if f.name in spec.nargs and isinstance(value, list) and origin is tuple:
-            value = tuple(value)
-        kw[f.name] = value
-    try:
-        obj = spec.cls(**kw, **fixed)
-        if spec.validate and callable(getattr(obj, "validate", None)):
-            obj = obj.validate() or obj
-    except ValueError as e:
-        raise ConfigError(_name_flag(spec, str(e))) from None
-    return obj
+        default = field_default(f)
+        keep = dataclasses.field(default_factory=f.default_factory) if f.default_factory is not dataclasses.MISSING \
+            else dataclasses.field(default=f.default)
+        if name in skip or (only is not None and name not in only and name not in nested):
+            if default is dataclasses.MISSING:
+                raise TypeError(f"view({cls.__name__}): {name!r} has no default, so it needs a flag")
+            fields.append((name, Annotated[tp, tyro.conf.Suppress], keep))
+            continue
+        if name in nested or dataclasses.is_dataclass(_strip_optional(tp)):
+            sub = nested.get(name, _strip_optional(tp))
+            for k, v in getattr(sub, "__cli_flags__", {}).items():
+                flags[f"{name}.{k}"] = v
+            rewrites.update(getattr(sub, "__cli_rewrites__", {}))
+            fields.append((name, sub, dataclasses.field(default_factory=sub) if default is not dataclasses.MISSING
+                           else dataclasses.field()))
+            continue
+        flag = _flag(names.get(name, name))
+        flags[name] = flag
+        if name in positional:
+            new_tp: Any = tyro.conf.Positional[tp]
+            spec = _word_spec(tp, parsers.get(name), shown.get(name))
+            if name in choices:
+                new_tp = tyro.conf.Positional[Literal[tuple(choices[name])]]  # type: ignore[misc]
+            elif spec is not None:
+                new_tp = tyro.conf.Positional[Annotated[tp, spec]]
+            fields.append((name, new_tp, dataclasses.field() if default is dataclasses.MISSING else keep))
+            continue
+        arg = tyro.conf.arg(name=names.get(name, name).replace("_", "-"), aliases=tuple(aliases.get(name, ())) or None)
+        inner = _strip_optional(tp)
+        spec = None if name in spaced else _word_spec(tp, parsers.get(name), shown.get(name))
+        if spec is not None:
+            new_tp = Annotated[tp, spec, arg]
+        elif name in choices:
+            lit = Literal[tuple(choices[name])]  # type: ignore[misc]
+            new_tp = Annotated[lit | None if _is_optional(tp) else lit, arg]
+        else:
+            new_tp = Annotated[tp, arg]
+        if inner is bool and _is_optional(tp):  # tyro reads {True,False,None}; users type --x / --no-x
+            optional_bools.append(flag)
+            for spelling in (flag, *aliases.get(name, ())):
+                rewrites["--no-" + spelling[2:]] = [flag, "False"]
+        for neg in negations.get(name, ()):
+            rewrites[neg] = ["--no-" + flag[2:]]
+        is_required = default is dataclasses.MISSING or name in required
+        fields.append((name, new_tp, dataclasses.field(kw_only=True) if is_required else keep))
+    frozen = cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    ns = {"__post_init__": lambda self: None, "__tyro_base__": cls, "__cli_flags__": flags,
+          "__cli_rewrites__": rewrites, "__cli_optional_bools__": tuple(optional_bools), "__cli_validate__": validate,
+          "__cli_spaced__": tuple(spaced), "__cli_positional__": tuple(positional),
+          "__doc__": cls.__doc__, "__module__": cls.__module__}
+    return dataclasses.make_dataclass(cls.__name__, fields, bases=(cls,), namespace=ns, frozen=frozen)
 
 
-def configs_from_args(args: argparse.Namespace, *specs: Flags) -> tuple[Any, ...]:
-    """:func:`config_from_args` of each spec, in order (nested configs: build them one by one)."""
-    return tuple(config_from_args(s, args) for s in specs)
-
-
-def _name_flag(spec: Flags, message: str) -> str:
-    """``"n_ctx: expected ..."`` -> ``"--n-ctx (n_ctx): expected ..."`` when it names a field of ``spec``."""
+def _name_flag(view_cls: type, message: str) -> str:
+    """``"n_ctx: expected ..."`` -> ``"--n-ctx (n_ctx): expected ..."`` when it names a field."""
     head, sep, rest = message.partition(":")
-    names = {f.name for f in spec.fields()}
-    key = head.strip().split(".")[-1]
-    if sep and key in names and key not in spec.positional:
-        return f"{spec.flag(key)} ({head.strip()}):{rest}"
-    return message
+    key = head.strip()
+    flags = getattr(view_cls, "__cli_flags__", {})
+    if not sep:
+        return message
+    if key not in flags:
+        key = key.split(".")[-1] if key.split(".")[-1] in flags else next(
+            (k for k in flags if k.endswith("." + key.split(".")[-1])), "")
+    return f"{flags[key]} ({head.strip()}):{rest}" if key in flags else message
 
 
-def flag_defaults(*specs: Flags) -> dict[str, Any]:
-    """{canonical flag: dataclass default} of ``specs`` (what ``--help`` shows; for the tests)."""
-    out: dict[str, Any] = {}
-    for spec in specs:
-        for f in spec.fields():
-            out[spec.flag(f.name) if f.name not in spec.positional else spec.dest(f.name)] = field_default(f)
+def build(obj: Any, **fixed: Any) -> Any:
+    """The base configuration of a view instance (nested views too), validated: a ValueError of its
+    ``__post_init__`` or ``validate()`` becomes a :class:`ConfigError` naming the flag."""
+    view_cls = type(obj)
+    base = getattr(view_cls, "__tyro_base__", None)
+    if base is None:
+        return obj
+    kw = {f.name: getattr(obj, f.name) for f in dataclasses.fields(base) if f.init}
+    for k, v in kw.items():
+        if dataclasses.is_dataclass(v) and hasattr(type(v), "__tyro_base__"):
+            kw[k] = build(v)
+    kw.update(fixed)
+    try:
+        out = base(**kw)
+        if view_cls.__cli_validate__ and callable(getattr(out, "validate", None)):
+            out = out.validate() or out
+    except ValueError as e:
+        raise ConfigError(_name_flag(view_cls, str(e))) from None
     return out
+
+
+# ------------------------------------------------------------------------- the argparse side
+
+def _rewrites(target: type) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = dict(getattr(target, "__cli_rewrites__", {}))
+    for f in dataclasses.fields(target):
+        tp = f.type if not isinstance(f.type, str) else typing.get_type_hints(target)[f.name]
+        if dataclasses.is_dataclass(tp):
+            out.update(_rewrites(tp))
+    return out
+
+
+def _optional_bools(target: type) -> set[str]:
+    out = set(getattr(target, "__cli_optional_bools__", ()))
+    for f in dataclasses.fields(target):
+        tp = f.type if not isinstance(f.type, str) else typing.get_type_hints(target)[f.name]
+        if dataclasses.is_dataclass(tp):
+            out |= _optional_bools(tp)
+    return out
+
+
+def _tyro_target(target: type) -> Any:
+    return tyro.conf.OmitArgPrefixes[target]  # nested configurations: flat flags
+
+
+class _Collect(argparse.Action):
+    """Keeps the words of one flag (or positional argument) for tyro, in the order given."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+        words = list(getattr(namespace, "cli_words", None) or [])
+        vals = [] if values is None else [values] if isinstance(values, str) else list(values)
+        words.append([option_string or "", *vals])
+        namespace.cli_words = words
+
+
+def spellings(target: type) -> list[tuple[tuple[str, ...], Any, str]]:
+    """[(option strings or () for a positional, argparse nargs, metavar)] of tyro's command line for ``target``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = tyro.extras.get_parser(_tyro_target(target), add_help=False)
+    out = []
+    for a in p._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            continue
+        out.append((tuple(a.option_strings), a.nargs, a.dest))
+    return out
+
+
+def add_command(p: argparse.ArgumentParser, target: type) -> None:
+    """Make ``p`` read ``target``'s command line: its words are collected here and parsed by tyro in
+    :func:`parse`; ``--help`` is tyro's help (field docstrings, defaults)."""
+    for action in list(p._actions):  # tyro's --help replaces argparse's
+        if isinstance(action, argparse._HelpAction):
+            p._handle_conflict_resolve(action, [(s, action) for s in action.option_strings])
+    known: set[str] = set()
+    for options, nargs, dest in spellings(target):
+        if not options:  # a positional argument: optional here, tyro says when one is missing
+            p.add_argument(f"cli_pos_{dest}", nargs="*" if nargs in ("*", "+") else "?", action=_Collect,
+                           default=argparse.SUPPRESS, metavar=dest.split(".")[-1].upper())
+            continue
+        optional_bools = _optional_bools(target)
+        n = "?" if set(options) & optional_bools else 0 if nargs == 0 else nargs
+        p.add_argument(*options, nargs=n, action=_Collect, dest="cli_words", default=None, help=argparse.SUPPRESS)
+        known |= set(options)
+    for extra in _rewrites(target):
+        if extra not in known:
+            p.add_argument(extra, nargs=0, action=_Collect, dest="cli_words", default=None, help=argparse.SUPPRESS)
+            known.add(extra)
+    p.add_argument("-h", "--help", nargs=0, action=_Collect, dest="cli_words", default=None,
+                   help="show this help message and exit")
+    known |= {"-h", "--help"}
+    p.cli_spellings = known  # type: ignore[attr-defined]  # read by main's subcommand action
+    p.set_defaults(cli_target=target, cli_prog=p.prog, cli_words=None)
+
+
+def words(a: argparse.Namespace, target: type) -> list[str]:
+    """The words given for ``target``, as tyro reads them (legacy spellings rewritten)."""
+    rewrites, optional_bools = _rewrites(target), _optional_bools(target)
+    out: list[str] = []
+    for group in getattr(a, "cli_words", None) or []:
+        head, vals = group[0], group[1:]
+        if not head:
+            out += vals
+        elif head in rewrites:
+            out += rewrites[head]
+        elif head in optional_bools:
+            out += [head, vals[0] if vals else "True"]
+        else:
+            out += [head, *vals]
+    return out
+
+
+def parse(a: argparse.Namespace, target: type | None = None) -> Any:
+    """The ``target`` instance (default: the command's) that tyro reads from the collected words;
+    a bad value is tyro's error naming the flag (exit code 2), ``--help`` its help (exit code 0)."""
+    target = target or a.cli_target
+    cache = a.__dict__.setdefault("_cli_parsed", {})
+    if target not in cache:
+        cache[target] = tyro.cli(_tyro_target(target), args=words(a, target),
+                                 prog=getattr(a, "cli_prog", None) or "metacog", description=target.__doc__)
+    return cache[target]

@@ -4,17 +4,26 @@ Output (``--out``, default ``runs/demo/demo.json``, written atomically):
 ``{"created", "metacog_fast", "argv", "seed", "parts": {name: figures | {"error": ...} | {"skipped": why}},
 "wall_seconds"}``, and beside it ``report.html`` (:mod:`metacog_fast.cli.demo_report`). A part whose environment is not usable here (``metacog info`` says why, e.g. no
 ALFWorld games) is skipped with that reason; skipping is not a failure, so the exit code stays 0.
+
+The command line is the composition of :class:`DemoOptions` and each part's options dataclass
+(``DemoPart.options``), read by tyro: ``--alfworld-games 6`` is field ``games`` of the ``alfworld`` part.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import importlib
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import tyro
+
+from metacog_fast.cli.dataclass_args import add_command, build, parse, view
 
 from metacog_fast.cli.demo_registry import DEMO_PARTS, DemoPart
 from metacog_fast.cli.io import write_json_atomic
@@ -35,24 +44,54 @@ def load_parts() -> None:
     DEMO_PARTS.update((part.name, part) for part in ordered)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+@dataclass
+class DemoOptions:
+    """What every part shares: which parts, where the JSON goes, the seed."""
+
+    parts: Annotated[str, tyro.conf.arg(aliases=("--envs",))] = ""
+    """Comma-separated parts to run (default: every part run by default)."""
+    quick: bool = False
+    """Only the environment checks (under a minute)."""
+    out: str = "runs/demo/demo.json"
+    """JSON output path."""
+    seed: int = 0
+    """Seed for the environments."""
+    progress: bool = True
+    """Progress bars."""
+
+
+def demo_command() -> type:
+    """The command line of ``metacog demo``: :class:`DemoOptions` and every part's options
+    (:attr:`DemoPart.options`), the fields of part ``name`` spelled ``--<name>-<field>``."""
     load_parts()
     defaults = ",".join(n for n, part in DEMO_PARTS.items() if part.default)
-    p.add_argument(
-        "--parts",
-        "--envs",
-        dest="parts",
-        default=defaults,
-        help=f"comma-separated parts to run (default {defaults}; available: {', '.join(DEMO_PARTS)})",
-    )
     quick = ",".join(n for n, part in DEMO_PARTS.items() if part.quick)
-    p.add_argument("--quick", action="store_true",
-                   help=f"only the environment checks ({quick}; under a minute)")
-    p.add_argument("--out", default="runs/demo/demo.json", help="JSON output path (default runs/demo/demo.json)")
-    p.add_argument("--seed", type=int, default=0, help="seed for the environments (default 0)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    for part in DEMO_PARTS.values():
-        part.add_arguments(p)
+    shared = view(DemoOptions)
+    fields: list[tuple[str, Any, Any]] = [("demo", shared, dataclasses.field(default_factory=shared))]
+    for name, part in DEMO_PARTS.items():
+        opts = view(part.options, names={f.name: f"{name}_{f.name}" for f in dataclasses.fields(part.options)})
+        fields.append((name, opts, dataclasses.field(default_factory=opts)))
+    doc = (f"Drive each environment end to end with its expert, then the agents; write figures as JSON. "
+           f"Parts: {', '.join(f'{n} ({p.help})' for n, p in DEMO_PARTS.items())}. "
+           f"Default --parts {defaults}; --quick: {quick}.")
+    return dataclasses.make_dataclass("DemoCommand", fields, namespace={"__doc__": doc})
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_command(p, demo_command())
+
+
+def options(args: argparse.Namespace) -> argparse.Namespace:
+    """The demo's options, flat as the parts read them: ``parts``, ``quick``, ``out``, ``seed``,
+    ``no_progress`` and ``<part>_<field>`` for every part's field."""
+    cmd = parse(args)
+    shared = build(cmd.demo)
+    flat = argparse.Namespace(parts=shared.parts or ",".join(n for n, part in DEMO_PARTS.items() if part.default),
+                              quick=shared.quick, out=shared.out, seed=shared.seed, no_progress=not shared.progress)
+    for name in DEMO_PARTS:
+        for f in dataclasses.fields(getattr(cmd, name)):
+            setattr(flat, f"{name}_{f.name}", getattr(getattr(cmd, name), f.name))
+    return flat
 
 
 def _progress_factory(enabled: bool) -> Any:
@@ -131,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
     import metacog_fast
 
     load_parts()
+    args = options(args)
     names = [n.strip() for n in args.parts.split(",") if n.strip()]
     if getattr(args, "quick", False):  # the environment checks, whatever --parts says
         names = [n for n, part in DEMO_PARTS.items() if part.quick]

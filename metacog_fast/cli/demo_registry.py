@@ -4,12 +4,16 @@ A part drives something end to end (an environment with its expert today; agents
 and returns a JSON-able dict of figures, with ``"model"``: what drove it and where its weights
 came from (:func:`model_info`). To add one:
 
-    from metacog_fast.cli.demo_registry import DemoPart, register_demo_part
+    from metacog_fast.cli.demo_registry import DemoPart, PositiveInt, register_demo_part
 
-    def _args(p):  p.add_argument("--myagent-episodes", type=int, default=2)
+    @dataclass
+    class MyAgentDemo:
+        episodes: PositiveInt = 2
+        # Episodes to play: --myagent-episodes, read as args.myagent_episodes
+
     def _run(args, progress):  ...; return {"success_rate": ...}
 
-    register_demo_part(DemoPart("myagent", "what it shows", _args, _run, default=False))
+    register_demo_part(DemoPart("myagent", "what it shows", MyAgentDemo, _run, default=False))
 
 and import the module from :mod:`metacog_fast.cli.demo` (``PART_MODULES``).
 """
@@ -17,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
+
+from tyro.constructors import PrimitiveConstructorSpec
 
 from metacog_fast.envs.base import Env
 
@@ -33,10 +39,12 @@ class DemoPart:
     """Name used on the command line (``--parts name,...``) and as the key in the JSON output."""
     help: str
     """One line shown in ``metacog demo --help``."""
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    """Adds the part's own options (prefix them with the part name)."""
+    options: type
+    """The dataclass of the part's own options; ``metacog demo`` composes them all, each field
+    ``f`` of part ``name`` spelled ``--<name>-<f>`` (help: the field docstring)."""
     run: Callable[[argparse.Namespace, ProgressFactory], dict[str, Any]]
-    """Runs the part; returns its figures (JSON-able)."""
+    """Runs the part with the demo's options (``args.seed``, ``args.out``, ``args.<name>_<f>``);
+    returns its figures (JSON-able)."""
     default: bool = True
     """Run when ``--parts`` is not given."""
     quick: bool = False
@@ -75,10 +83,19 @@ def csv_list(text: str) -> list[str]:
 
 
 def positive_int(text: str) -> int:
-    v = int(text)
+    try:
+        v = int(text)
+    except ValueError:
+        raise ValueError(f"expected an integer >= 1, got {text!r}") from None
     if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+        raise ValueError(f"expected an integer >= 1, got {text}")
     return v
+
+
+PositiveInt = Annotated[int, PrimitiveConstructorSpec(
+    nargs=1, metavar="INT>=1", instance_from_str=lambda words: positive_int(words[0]),
+    is_instance=lambda v: isinstance(v, int) and v >= 1, str_from_instance=lambda v: [str(v)])]
+"""An option field read by tyro as an integer >= 1 (a bad value is an error naming the flag)."""
 
 
 def expert_summary(envs: list[Env], episodes: list[dict[str, Any]], wall: float, expert: str) -> dict[str, Any]:

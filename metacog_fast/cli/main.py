@@ -1,7 +1,9 @@
 """Entry point of the ``metacog`` command (also ``python -m metacog_fast``).
 
 Every command is a line of :data:`metacog_fast.cli.commands.COMMANDS`; only the chosen one's
-modules are imported, so ``metacog --help``, ``info`` and ``demo`` stay fast.
+modules are imported, so ``metacog --help``, ``info`` and ``demo`` stay fast. argparse dispatches
+to the command; the command's flags are read by tyro from its dataclasses
+(:mod:`metacog_fast.cli.dataclass_args`).
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import sys
 import threading
 
 from metacog_fast.cli.commands import attach, top_level
-from metacog_fast.cli.dataclass_args import ConfigError
+from metacog_fast.cli.errors import ConfigError
 
 
 class _SubcommandKeepsParentFlags(argparse._SubParsersAction):
@@ -21,7 +23,8 @@ class _SubcommandKeepsParentFlags(argparse._SubParsersAction):
     unless the subcommand's own flags set it again."""
 
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
-        given = {k: v for k, v in vars(namespace).items() if v != parser.get_default(k)}
+        given = {k: v for k, v in vars(namespace).items() if v != parser.get_default(k) and k != "cli_words"}
+        words = getattr(namespace, "cli_words", None) or []
         super().__call__(parser, namespace, values, option_string)
         chosen = self._name_parser_map.get(values[0])
         if chosen is None:
@@ -29,6 +32,12 @@ class _SubcommandKeepsParentFlags(argparse._SubParsersAction):
         for k, v in given.items():
             if getattr(namespace, k, None) == chosen.get_default(k):
                 setattr(namespace, k, v)
+        # the words collected for tyro (dataclass_args.add_command): those the subcommand reads too
+        # come first, so that the subcommand's own win
+        known = getattr(chosen, "cli_spellings", set())
+        kept = [w for w in words if w[0] in known and w[0] not in ("-h", "--help")]
+        if kept:
+            namespace.cli_words = kept + list(getattr(namespace, "cli_words", None) or [])
 
 
 class MetacogParser(argparse.ArgumentParser):

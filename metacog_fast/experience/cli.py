@@ -1,23 +1,25 @@
 """``metacog learn alfworld|scienceworld``: experience-memory agents learning on the job.
 
-Flags come from :class:`~metacog_fast.experience.protocols.ProtocolConfig` (what the run
-covers), :class:`~metacog_fast.experience.config.ExperienceConfig` (the agents' knobs) and
-:class:`~metacog_fast.runs.ExecutorConfig` (where the episodes run).
+The command line is a dataclass read by tyro (:mod:`metacog_fast.cli.dataclass_args`): views of
+:class:`~metacog_fast.experience.protocols.ProtocolConfig` (what the run covers),
+:class:`~metacog_fast.experience.config.ExperienceConfig` (the agents' knobs) and
+:class:`~metacog_fast.runs.ExecutorConfig` (where the episodes run). (No ``from __future__ import
+annotations``: the command dataclass is made in a function, its field types are the views made there.)
 """
-from __future__ import annotations
-
 import argparse
+from dataclasses import dataclass
+from typing import Literal
 
+from metacog_fast.cli.dataclass_args import ConfigError, add_command, build, parse, view
+from metacog_fast.cli.executor import ExecutorWorkersFlags
 from metacog_fast.experience.config import ExperienceConfig
-from metacog_fast.cli.dataclass_args import ConfigError, Flags, add_config_flags, config_from_args
-from metacog_fast.cli.executor import EXECUTOR_WORKERS_FLAGS
 
 PROTOCOLS = ("continuous", "transfer", "cross-model")
 """``--protocol``: which protocol function runs (transfer and cross-model share one)."""
 DEFAULT_SPLITS = {"alfworld": "valid_seen", "scienceworld": "train"}
 """``--split`` when not given: it depends on the environment."""
 
-EXPERIENCE_FLAGS = Flags(
+ExperienceFlags = view(
     ExperienceConfig, skip=("use_memory", "learn"),  # set per condition by the protocols
     aliases={"episode_action_cap": ("--episode-actions",), "subtask_action_cap": ("--subtask-actions",),
              "action_grounding": ("--grounding",), "action_shortlist": ("--shortlist",),
@@ -28,12 +30,32 @@ EXPERIENCE_FLAGS = Flags(
 ``--shortlist``, ``--no-subtask-commands``, ``--hide-strategic``, ``--no-loop-breaking``)."""
 
 
-def protocol_flags() -> Flags:
+def protocol_flags() -> type:
     from metacog_fast.experience.protocols import ProtocolConfig
 
-    return Flags(ProtocolConfig, positional=("env",), skip=("split",),
-                 aliases={"llm_uri": ("--llm",), "n_threads": ("--threads",)},
-                 choices={"env": tuple(DEFAULT_SPLITS), "embedder": ("hashing", "minilm")})
+    return view(ProtocolConfig, positional=("env",), skip=("split",),
+                aliases={"llm_uri": ("--llm",), "n_threads": ("--threads",)},
+                choices={"env": tuple(DEFAULT_SPLITS), "embedder": ("hashing", "minilm")})
+
+
+def learn_command() -> type:
+    """The command line of ``metacog learn``."""
+    protocol_view = protocol_flags()
+
+    @dataclass
+    class LearnCommand:
+        """Experience-memory agents learning on the job (metacog learn alfworld --iterations 3)."""
+
+        run: protocol_view  # type: ignore[valid-type]
+        experience: ExperienceFlags  # type: ignore[valid-type]
+        executor: ExecutorWorkersFlags  # type: ignore[valid-type]
+        split: str | None = None
+        """Environment split (None: valid_seen for ALFWorld, train for ScienceWorld)."""
+        protocol: Literal["continuous", "transfer", "cross-model"] = "continuous"
+        """continuous learning (memory carried over iterations), transfer (frozen memory, other games) or
+        cross-model (memory of one LLM used by another)."""
+
+    return LearnCommand
 
 
 def parse_games(text: str, env: str) -> list[str]:
@@ -57,31 +79,28 @@ def parse_games(text: str, env: str) -> list[str]:
 
 def attach_learn(p: argparse.ArgumentParser) -> None:
     """Fills ``metacog learn``."""
-    add_config_flags(p, protocol_flags())
-    p.add_argument("--split", default=None, help="environment split (default: valid_seen for ALFWorld, "
-                                                 "train for ScienceWorld)")
-    p.add_argument("--protocol", choices=PROTOCOLS, default=PROTOCOLS[0],
-                   help="continuous learning (memory carried over iterations), transfer (frozen memory, "
-                        "other games) or cross-model (memory of one LLM used by another)")
-    add_config_flags(p, EXPERIENCE_FLAGS, EXECUTOR_WORKERS_FLAGS)
+    add_command(p, learn_command())
     p.set_defaults(func=run_learn)
 
 
-def run_learn(a: argparse.Namespace) -> int:
-    spec = protocol_flags()
-    raw = config_from_args(spec, a)
+def learn_configs(a: argparse.Namespace):
+    """(ProtocolConfig, ExperienceConfig, ExecutorConfig, protocol name) of a ``metacog learn`` command line."""
+    cmd = parse(a)
     try:
-        games = parse_games(",".join(raw.games), raw.env)
+        games = parse_games(",".join(cmd.run.games), cmd.run.env)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    cfg = config_from_args(spec, a, split=a.split or DEFAULT_SPLITS[raw.env], games=games)
+    cfg = build(cmd.run, split=cmd.split or DEFAULT_SPLITS[cmd.run.env], games=games)
     if cfg.iterations < 1:
         raise ConfigError(f"--iterations: expected >= 1, got {cfg.iterations}")
-    exp = config_from_args(EXPERIENCE_FLAGS, a)
-    executor = config_from_args(EXECUTOR_WORKERS_FLAGS, a)
+    return cfg, build(cmd.experience), build(cmd.executor), cmd.protocol
+
+
+def run_learn(a: argparse.Namespace) -> int:
+    cfg, exp, executor, protocol = learn_configs(a)
     from metacog_fast.experience import protocols as pt
 
-    run = pt.continuous_learning if a.protocol == "continuous" else pt.transfer
+    run = pt.continuous_learning if protocol == "continuous" else pt.transfer
     m = run(cfg, exp, executor=executor)
     for r in m["rows"]:
         print(f"{r['condition']:>9} it{r['iteration']}: success {r['success_rate']:.2f} score {r['mean_score']:.2f} "

@@ -6,20 +6,25 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from metacog_fast.cli.demo_registry import (DemoPart, ProgressFactory, csv_list, expert_summary, model_info,
-                                              play_expert_plan, positive_int, register_demo_part)
+from metacog_fast.cli.demo_registry import DemoPart, PositiveInt, ProgressFactory, expert_summary, model_info, register_demo_part
 from metacog_fast.envs.base import Env
 
 
 # -- the environment checked with its expert (runs under --quick) ----------------------------
 
-def _mw_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("metaworld")
-    g.add_argument("--metaworld-tasks", type=positive_int, default=3, help="first N MT10 tasks (default 3)")
-    g.add_argument("--metaworld-episodes", type=positive_int, default=1, help="episodes per task (default 1)")
-    g.add_argument("--metaworld-steps", type=positive_int, default=500, help="steps per episode, <= 500 (default 500)")
+@dataclass
+class MetaWorldDemo:
+    """``--parts metaworld``: the scripted policy on the first MT10 tasks."""
+
+    tasks: PositiveInt = 3
+    """First N MT10 tasks."""
+    episodes: PositiveInt = 1
+    """Episodes per task."""
+    steps: PositiveInt = 500
+    """Steps per episode, <= 500."""
 
 
 def _mw_run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
@@ -54,17 +59,22 @@ def _mw_run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, An
     return out
 
 
-register_demo_part(DemoPart("metaworld", "Meta-World scripted policy on the first MT10 tasks", _mw_args, _mw_run, needs=("metaworld",), quick=True))
+register_demo_part(DemoPart("metaworld", "Meta-World scripted policy on the first MT10 tasks", MetaWorldDemo, _mw_run, needs=("metaworld",), quick=True))
 
 
 # -- the agent ---------------------------------------------------------------------------
 
 
-def _muse_wm_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("muse_wm")
-    g.add_argument("--muse-wm-task", default="coffee-button-v3", help="novel Meta-World task (default coffee-button-v3)")
-    g.add_argument("--muse-wm-steps", type=int, default=100, help="acting steps (default 100)")
-    g.add_argument("--muse-wm-checkpoint", default=None, help="pre-trained checkpoint (default: fresh XS weights)")
+@dataclass
+class MuseWmDemo:
+    """``--parts muse_wm``: MUSE-WM beside Dreamer-v3 on one novel task."""
+
+    task: str = "coffee-button-v3"
+    """Novel Meta-World task."""
+    steps: int = 100
+    """Acting steps."""
+    checkpoint: str | None = None
+    """Pre-trained checkpoint (None: fresh XS weights)."""
 
 
 def _muse_wm_run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
@@ -102,7 +112,7 @@ register_demo_part(
     DemoPart(
         "muse_wm",
         "MUSE-WM self-regulating beside Dreamer-v3 on one novel Meta-World task (decisions/s, Σψ)",
-        _muse_wm_args,
+        MuseWmDemo,
         _muse_wm_run,
         needs=("metaworld",),
     )

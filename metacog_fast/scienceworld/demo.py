@@ -6,24 +6,26 @@ import argparse
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from metacog_fast.cli.demo_registry import (DemoPart, ProgressFactory, csv_list, expert_summary, model_info,
-                                              play_expert_plan, positive_int, register_demo_part)
+from metacog_fast.cli.demo_registry import (DemoPart, PositiveInt, ProgressFactory, csv_list, expert_summary, model_info,
+                                              play_expert_plan, register_demo_part)
 from metacog_fast.envs.base import Env
 
 
 # -- the environment checked with its expert (runs under --quick) ----------------------------
 
-def _sw_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("scienceworld")
-    g.add_argument(
-        "--scienceworld-tasks",
-        default="find-non-living-thing,identify-life-stages-1",
-        help="comma-separated task names, ids or indices 0-29 (default: two short tasks)",
-    )
-    g.add_argument("--scienceworld-episodes", type=positive_int, default=1, help="variations per task (default 1)")
-    g.add_argument("--scienceworld-split", default="train", help="variation split (default train)")
+@dataclass
+class ScienceWorldDemo:
+    """``--parts scienceworld``: tasks played by their gold paths."""
+
+    tasks: str = "find-non-living-thing,identify-life-stages-1"
+    """Comma-separated task names, ids or indices 0-29 (two short tasks)."""
+    episodes: PositiveInt = 1
+    """Variations per task."""
+    split: str = "train"
+    """Variation split."""
 
 
 def _sw_run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
@@ -55,17 +57,22 @@ def _sw_run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, An
     return out
 
 
-register_demo_part(DemoPart("scienceworld", "ScienceWorld tasks played by their gold paths", _sw_args, _sw_run, needs=("scienceworld",), quick=True))
+register_demo_part(DemoPart("scienceworld", "ScienceWorld tasks played by their gold paths", ScienceWorldDemo, _sw_run, needs=("scienceworld",), quick=True))
 
 
 # -- the agent ---------------------------------------------------------------------------
 
 
-def _args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("sw_agent")
-    g.add_argument("--sw-agent-task", default="13", help="task index, id or name (default 13, find-plant)")
-    g.add_argument("--sw-agent-steps", type=int, default=8, help="step budget (default 8)")
-    g.add_argument("--sw-agent-config", default="full", help="baseline|amm|srm|full (default full)")
+@dataclass
+class SwAgentDemo:
+    """``--parts sw_agent``: one short episode of the dual-process agent."""
+
+    task: str = "13"
+    """Task index, id or name (13: find-plant)."""
+    steps: int = 8
+    """Step budget."""
+    config: str = "full"
+    """baseline|amm|srm|full."""
 
 
 def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
@@ -116,4 +123,4 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
 
 
 register_demo_part(DemoPart("sw_agent", "one short ScienceWorld episode of the full dual-process agent",
-                            _args, _run, needs=("scienceworld",)))
+                            SwAgentDemo, _run, needs=("scienceworld",)))

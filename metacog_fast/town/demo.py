@@ -6,15 +6,20 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from metacog_fast.cli.demo_registry import DemoPart, ProgressFactory, model_info, register_demo_part
 
 
-def _args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("sim")
-    g.add_argument("--sim-agents", type=int, default=2, help="agents in the zombie town (default 2)")
-    g.add_argument("--sim-steps", type=int, default=3, help="simulation steps (default 3)")
+@dataclass
+class SimDemo:
+    """``--parts sim``: a few steps of the zombie town."""
+
+    agents: int = 2
+    """Agents in the zombie town."""
+    steps: int = 3
+    """Simulation steps."""
 
 
 def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
@@ -39,4 +44,4 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
 
 
 register_demo_part(DemoPart("sim", "a few steps of the zombie town: generative agents rating their progress and "
-                            "deciding when to rethink", _args, _run))
+                            "deciding when to rethink", SimDemo, _run))
