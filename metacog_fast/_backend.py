@@ -159,7 +159,7 @@ def resolve_backend(backend: str, *, on_gpu: bool = False, has: tuple[str, ...] 
     elif backend == "triton":
         st = _triton_status()
         if not st.get("importable"):
-            raise BackendUnavailable("backend='triton' requested but triton is not importable: pip install triton")
+            raise BackendUnavailable("backend='triton' requested but triton is not importable: pip install 'metacog_fast[triton]'")
         if not st.get("usable"):
             raise BackendUnavailable(
                 "backend='triton' requested but there is no GPU; set TRITON_INTERPRET=1 to run Triton "

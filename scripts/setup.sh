@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Installs everything into .venv in this checkout: torch (CPU, pinned, first),
-# the build tools, metacog_fast itself (compiled core) with its test extras,
-# and unpacks the ALFWorld games from ../shared/data when present.
+# the build tools, metacog_fast itself (compiled core) with every runtime extra and
+# the test tools, and unpacks the ALFWorld games from ../shared/data when present.
 # Idempotent: a second run only checks.
 #   METACOG_BACKEND=cuda scripts/setup.sh   builds the CUDA path too (needs nvcc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 PY=${PYTHON:-python3}
-# Extras installed beside the core (see pyproject.toml); [gpu] (vLLM) is for GPU machines.
-METACOG_EXTRAS=${METACOG_EXTRAS:-test finetune}
+# Extras installed beside the core (pyproject.toml, docs/install.md): `all` is every runtime extra
+# (alfworld scienceworld metaworld llm ray finetune triton); [gpu] (vLLM) is for GPU machines.
+#   METACOG_EXTRAS=test scripts/setup.sh          the core alone (kernels, memory, scoring) and pytest
+METACOG_EXTRAS=${METACOG_EXTRAS:-test all}
 
 if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv"
@@ -27,14 +29,48 @@ python -m pip install -q torch==2.13.0
 python -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.13" cmake ninja numpy setuptools wheel
 
 stamp=.venv/.metacog_build_stamp
-src_hash=$(cat pyproject.toml scripts/project_deps.py CMakeLists.txt $(find csrc -type f | sort) | sha1sum | cut -d' ' -f1)-${METACOG_BACKEND:-cpu}-${METACOG_EXTRAS// /,}
+src_hash=$(cat pyproject.toml scripts/setup.sh CMakeLists.txt $(find csrc -type f | sort) | sha1sum | cut -d' ' -f1)-${METACOG_BACKEND:-cpu}-${METACOG_EXTRAS// /,}
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$src_hash" ] || ! python -c "import metacog_fast._core" 2>/dev/null; then
   echo "[setup] building metacog_fast (backend=${METACOG_BACKEND:-cpu}); the first build also compiles llama.cpp (several minutes)"
   # The dependencies install with build isolation (an sdist such as hnswlib or
   # llama-cpp-python builds in its own environment, as on a machine that never saw
   # this project); only the project itself builds without it.
-  # shellcheck disable=SC2086
-  mapfile -t deps < <(python scripts/project_deps.py $METACOG_EXTRAS)
+  # The requirements in pyproject.toml: the core's and those of each extra named. An extra that
+  # names the project itself (as [all] does) is expanded here: pip must not look for it on an index.
+  deps_txt=$(METACOG_EXTRAS="$METACOG_EXTRAS" python - <<'EOF'
+import os
+import re
+import sys
+import tomllib
+
+with open("pyproject.toml", "rb") as f:
+    project = tomllib.load(f)["project"]
+extras = project.get("optional-dependencies", {})
+self_ref = re.compile(r"^metacog[-_]fast\[([^]]+)\]$", re.IGNORECASE)
+reqs, seen = list(project["dependencies"]), set()
+
+
+def add(name: str) -> None:
+    if name not in extras:
+        sys.exit(f"[setup] METACOG_EXTRAS names an unknown extra {name!r}; pyproject.toml has {sorted(extras)}")
+    if name in seen:
+        return
+    seen.add(name)
+    for req in extras[name]:
+        m = self_ref.match(req.replace(" ", ""))
+        if m:
+            for sub in m.group(1).split(","):
+                add(sub)
+        elif req not in reqs:
+            reqs.append(req)
+
+
+for name in os.environ["METACOG_EXTRAS"].split():
+    add(name)
+print("\n".join(reqs))
+EOF
+  )
+  mapfile -t deps <<<"$deps_txt"
   # llama.cpp compiles for this CPU (-march=native), AMX included where the CPU reports it. On a
   # Sapphire Rapids virtual machine here, ggml's AMX matmul died with SIGILL (tilezero in an OpenMP
   # worker) on the first decode, so AMX is compiled out; AVX-512 with VNNI and BF16 stays.

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from metacog_fast._extras import require
 from metacog_fast.envs.base import Env, EnvSetupError
 from metacog_fast.envs.probe import ProbeResult, package_version
 
@@ -152,15 +153,15 @@ class AlfWorldEnv(Env):
         if cfg.max_episode_steps < 1:
             raise ValueError(f"max_episode_steps: expected >= 1, got {cfg.max_episode_steps}")
         self.config = cfg
-        self.games = list_games(cfg.split, cfg.data)
         try:
             import textworld
             from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
             from textworld.envs.wrappers import Filter, GenericEnvironment, Limit
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise EnvSetupError(
-                f"ALFWorld needs alfworld and textworld[pddl] ({exc}): pip install 'alfworld>=0.4.2' 'textworld[pddl]'"
+                f"the ALFWorld environment needs the [alfworld] extra ({exc}): pip install 'metacog_fast[alfworld]'"
             ) from exc
+        self.games = list_games(cfg.split, cfg.data)
         from metacog_fast.alfworld import cache as alfworld_cache
 
         self.cache = alfworld_cache.install(cfg.cache_dir)
@@ -289,6 +290,7 @@ class AlfWorldEnv(Env):
 def probe(deep: bool = False) -> ProbeResult:
     """Whether this environment runs here (``metacog info``); ``deep`` also resets one episode."""
     details: dict[str, Any] = {"alfworld": package_version("alfworld"), "textworld": package_version("textworld")}
+    require("alfworld", "alfworld", "the ALFWorld environment")
     import fast_downward  # noqa: F401  (textworld[pddl])
     import textworld  # noqa: F401
 

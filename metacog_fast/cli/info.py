@@ -45,6 +45,7 @@ def versions() -> dict[str, str | None]:
 def collect(deep: bool = False) -> dict[str, Any]:
     """The full report as a dict (what ``metacog info --json`` prints)."""
     import metacog_fast
+    from metacog_fast._extras import status as extras_status
     from metacog_fast.envs import probe_envs
 
     try:
@@ -56,12 +57,14 @@ def collect(deep: bool = False) -> dict[str, Any]:
         "platform": {"machine": platform.machine(), "system": platform.system(), "python": sys.executable},
         "backends": backends,
         "versions": versions(),
+        "extras": extras_status(),
         "environments": [r.as_dict() for r in probe_envs(deep=deep)],
     }
 
 
 def _print_text(report: dict[str, Any]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     con = Console()
@@ -92,13 +95,20 @@ def _print_text(report: dict[str, Any]) -> None:
     for k, val in report["versions"].items():
         v.add_row(k, val or "[red]missing[/red]")
     con.print(v)
+    x = Table(title="Extras (pip install 'metacog_fast[NAME]')", show_header=True)
+    for col in ("extra", "installed", "adds / missing"):
+        x.add_column(col)
+    for name, st in report["extras"].items():
+        x.add_row(name, "[green]yes[/green]" if st["installed"] else "[red]no[/red]",
+                  escape(st["adds"] if st["installed"] else "missing: " + ", ".join(st["missing"])))
+    con.print(x)
     e = Table(title="Environments", show_header=True)
     e.add_column("env")
     e.add_column("usable")
     e.add_column("reason / details")
     e.add_column("probe s", justify="right")
     for r in report["environments"]:
-        detail = r["reason"] + ("  " + json.dumps(r["details"]) if r["details"] else "")
+        detail = escape(r["reason"] + ("  " + json.dumps(r["details"]) if r["details"] else ""))
         e.add_row(r["name"], "[green]yes[/green]" if r["usable"] else "[red]no[/red]", detail, f"{r['seconds']:.2f}")
     con.print(e)
 

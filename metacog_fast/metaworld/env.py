@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from metacog_fast._extras import require
 from metacog_fast.envs.base import Env
 from metacog_fast.envs.probe import ProbeResult, package_version
 
@@ -69,7 +70,7 @@ def _canonical(task: str) -> str:
 
 def all_task_names() -> list[str]:
     """The 50 Meta-World v3 task names."""
-    from metaworld.env_dict import ALL_V3_ENVIRONMENTS
+    ALL_V3_ENVIRONMENTS = require("metaworld.env_dict", "metaworld", "the Meta-World environment").ALL_V3_ENVIRONMENTS
 
     return list(ALL_V3_ENVIRONMENTS)
 
@@ -110,11 +111,11 @@ class MetaWorldEnv(Env):
         super().__init__()
         cfg = config or MetaWorldConfig(**options)
         try:
-            from metaworld.policies import ENV_POLICY_MAP
+            ENV_POLICY_MAP = require("metaworld.policies", "metaworld", "the Meta-World environment").ENV_POLICY_MAP
         except ImportError as exc:  # pragma: no cover - depends on the install
             from metacog_fast.envs.base import EnvSetupError
 
-            raise EnvSetupError(f"metaworld is not importable ({exc}): pip install 'metaworld>=3.0'") from exc
+            raise EnvSetupError(f"{self.name} is not importable: {exc}") from exc
         task = _canonical(str(cfg.task))
         if task not in ENV_POLICY_MAP:
             raise ValueError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from metacog_fast._extras import require
 from metacog_fast.runs.executors import OnItem
 from metacog_fast.runs.tasks import Item, Job, execute
 
@@ -24,7 +25,7 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self, address: str, workers: int, cpus_per_task: float = 1.0) -> None:
-        import ray
+        ray = require("ray", "ray", "the Ray executor (--executor ray)")
 
         self._ray = ray
         self.address = address

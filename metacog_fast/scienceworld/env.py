@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from metacog_fast._extras import require
 from metacog_fast.envs.base import Env, EnvSetupError
 from metacog_fast.envs.probe import ProbeResult, package_version
 
@@ -62,7 +63,7 @@ def check_java() -> int:
 
 
 def _task_table() -> list[tuple[str, str]]:
-    from scienceworld.constants import ID2TASK
+    ID2TASK = require("scienceworld.constants", "scienceworld", "the ScienceWorld environment").ID2TASK
 
     return list(ID2TASK.items())
 
@@ -161,9 +162,9 @@ class ScienceWorldEnv(Env):
             raise ValueError(f"step_limit: expected >= 1, got {cfg.step_limit}")
         check_java()
         try:
-            import scienceworld  # noqa: F401
+            require("scienceworld", "scienceworld", "the ScienceWorld environment")
         except ImportError as exc:  # pragma: no cover - depends on the install
-            raise EnvSetupError(f"scienceworld is not importable ({exc}): pip install 'scienceworld>=1.2'") from exc
+            raise EnvSetupError(f"{self.name} is not importable: {exc}") from exc
         self.config = cfg
         self.task = resolve_task(cfg.task)
         self.restarts = 0

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from metacog_fast._extras import require
 from metacog_fast.alfworld.store import read_json, write_json_atomic
 from metacog_fast.finetune.base import sha256_file
 
@@ -115,6 +116,8 @@ def train_dpo(pairs_dir: str | Path | list[str | Path], out_dir: str | Path, cfg
               max_steps: int = -1) -> dict[str, Any]:
     """Train (or resume) a DPO run on the pairs in ``pairs_dir`` (one collection folder, or several
     whose pairs are joined in the given order); returns the run's facts."""
+    require("peft", "finetune", "metacog finetune dpo")
+    require("trl", "finetune", "metacog finetune dpo")
     import torch
     import transformers
     from datasets import Dataset

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from metacog_fast._extras import require
 from metacog_fast.alfworld.store import read_json, write_json_atomic
 from metacog_fast.alfworld.finetune.data import SOURCES, TRAIN_SOURCES, iter_sources, load_dataset
 from metacog_fast.alfworld.finetune.transcripts import LOSS_MODES, actor_transcript
@@ -329,6 +330,8 @@ def train_sft(data_dir: str | Path, out_dir: str | Path, cfg: SFTConfig, max_ste
               few_shot: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """Train (or resume) an SFT run on the dataset in ``data_dir`` (or the union of several dataset
     folders, a list: e.g. hand-coded expert episodes and DAgger relabels); returns the run's facts."""
+    require("peft", "finetune", "metacog finetune sft")
+    require("trl", "finetune", "metacog finetune sft")
     import transformers
     from transformers.trainer_utils import get_last_checkpoint
 
