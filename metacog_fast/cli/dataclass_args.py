@@ -20,7 +20,9 @@ What this module adds, and why tyro alone does not do it:
 - :func:`add_command` / :func:`parse`: ``metacog`` dispatches with argparse (lazy commands) and
   callers hand leaf parsers around as argparse parsers; tyro cannot put its arguments into an
   argparse parser, so the leaf gets one argparse action per tyro spelling that only *collects* the
-  words (and ``--help``), and :func:`parse` gives them to ``tyro.cli``.
+  words (and ``--help``), and :func:`parse` gives them to ``tyro.cli``. The spellings and word
+  counts come from ``tyro.extras.get_parser`` (deprecated in tyro 1.0, used only to list them;
+  ``tests/test_cli_flags.py`` checks every legacy spelling, so a tyro that drops it fails there).
 """
 from __future__ import annotations
 
