@@ -56,7 +56,7 @@ SHIPPED_MODELS = Path(__file__).resolve().parent / "finetuned"
 
 def user_models_dir() -> Path:
     """Where ``metacog finetune export --name`` installs models: ``$METACOG_MODELS_HOME`` or
-    ``~/.cache/metacog_fast/metaworld/models``."""
+    ``~/.cache/metacog_fast/models``."""
     return Path(os.environ.get("METACOG_MODELS_HOME") or Path.home() / ".cache" / "metacog_fast" / "models")
 
 
