@@ -109,6 +109,7 @@ def _fmt(value: Any, spec: str) -> str:
 
 def _print_summary(results: dict[str, dict[str, Any]]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title="metacog demo", show_header=True)
@@ -151,7 +152,8 @@ def _print_summary(results: dict[str, dict[str, Any]]) -> None:
         if m.get("name"):
             con.print(f"[bold]{name}[/bold]: {m['name']} ({m.get('kind')}){': ' + m['note'] if m.get('note') else ''}")
     for why in dict.fromkeys(r["skipped"] for r in results.values() if "skipped" in r):
-        con.print(f"[yellow]skipped[/yellow] ({', '.join(n for n, r in results.items() if r.get('skipped') == why)}): {why}")
+        names = ", ".join(n for n, r in results.items() if r.get("skipped") == why)
+        con.print(f"[yellow]skipped[/yellow] ({names}): {escape(why)}")
 
 
 def _unusable(part: DemoPart, probed: dict[str, Any]) -> str | None:
