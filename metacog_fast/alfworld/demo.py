@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from metacog_fast.cli.demo_registry import (DemoPart, PositiveInt, ProgressFactory, expert_summary, model_info,
-                                              play_expert_plan, register_demo_part)
+                                              expert_policy, register_demo_part)
 from metacog_fast.envs.base import Env
+from metacog_fast.envs.driver import Step, play
 
 
 # -- the environment checked with its expert (runs under --quick) ----------------------------
@@ -63,9 +64,8 @@ def _aw_run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, An
     episodes: list[dict[str, Any]] = []
     bar = progress(total=len(picks), desc="alfworld")
     for idx in picks:
-        _, info = env.reset(game=idx)
+        info = play(env, expert_policy(env), None, reset_kwargs={"game": idx}).info
         reset_s = env.timings.last_reset_seconds
-        info = play_expert_plan(env, info)
         episodes.append(
             {"game": idx, "task_type": info["task_type"], "task": info["task"], "success": info["won"],
              "steps": info["steps"], "reset_seconds": reset_s}
@@ -197,22 +197,25 @@ def _run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, Any]:
         agent.begin(EpisodeContext(g["game"], task, info["task_type"], strip_intro(obs), 0))
         print(f"\n[alfworld_muse] {task}\nActor: {actor}\nPlan: {agent.current_plan}\nScorer: {origin}",
               file=sys.stderr)
-        won = False
-        for t in range(ac.max_steps):
-            d = agent.act(info["admissible"])
-            obs, _r, done, info = env.step(d.action)
-            agent.observe(d.action, obs)
-            print(f"step {t + 1}:", file=sys.stderr)
+        decisions: list[Any] = []
+
+        def policy(obs: str, info: dict[str, Any]) -> str:
+            decisions.append(agent.act(info["admissible"]))
+            return decisions[-1].action
+
+        def show(step: Step) -> None:
+            d = decisions[-1]
+            agent.observe(d.action, step.obs)
+            print(f"step {step.t + 1}:", file=sys.stderr)
             for i, (r, s) in enumerate(zip(d.info["rollouts"], d.info["scores"])):
                 mark = "*" if i == d.info["chosen"] else " "
                 print(f"  {mark} M_sa={s:.3g}  " + " | ".join(a for a, _ in r), file=sys.stderr)
-            print(f"  -> {d.action}: {' '.join(obs.split())[:120]}", file=sys.stderr)
-            steps.append({"action": d.action, "observation": " ".join(obs.split()), "rollouts": d.info["rollouts"],
+            print(f"  -> {d.action}: {' '.join(step.obs.split())[:120]}", file=sys.stderr)
+            steps.append({"action": d.action, "observation": " ".join(step.obs.split()), "rollouts": d.info["rollouts"],
                           "scores": d.info["scores"], "chosen": d.info["chosen"]})
             bar.update(1)
-            won = bool(info.get("won"))
-            if won or done:
-                break
+
+        won = play(env, policy, ac.max_steps, start=(obs, info), stop_on_success=True, on_step=show).final_success
     finally:
         bar.close()
         env.close()

@@ -118,12 +118,7 @@ def expert_summary(envs: list[Env], episodes: list[dict[str, Any]], wall: float,
     }
 
 
-def play_expert_plan(env: Env, info: dict[str, Any]) -> dict[str, Any]:
-    """Step ``env`` with its expert until the episode ends or the plan runs out; the last info."""
-    done = False
-    while not done:
-        action = env.expert()
-        if action is None:
-            break
-        _, _, done, info = env.step(action)
-    return info
+def expert_policy(env: Env) -> Callable[[Any, dict[str, Any]], Any]:
+    """``env``'s own expert as a :func:`metacog_fast.envs.play` policy (``None`` when its plan runs
+    out ends the episode)."""
+    return lambda obs, info: env.expert()

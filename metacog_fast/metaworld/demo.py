@@ -9,8 +9,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from metacog_fast.cli.demo_registry import DemoPart, PositiveInt, ProgressFactory, expert_summary, model_info, register_demo_part
+from metacog_fast.cli.demo_registry import (DemoPart, PositiveInt, ProgressFactory, expert_policy, expert_summary,
+                                              model_info, register_demo_part)
 from metacog_fast.envs.base import Env
+from metacog_fast.envs.driver import play
 
 
 # -- the environment checked with its expert (runs under --quick) ----------------------------
@@ -39,19 +41,13 @@ def _mw_run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, An
         env = MetaWorldEnv(MetaWorldConfig(task=task, seed=args.seed, max_episode_steps=args.metaworld_steps))
         per_task.append(env)
         for ep in range(args.metaworld_episodes):
-            obs, info = env.reset()
-            done, ret, first_success = False, 0.0, None
-            while not done:
-                obs, r, done, info = env.step(env.expert())
-                ret += r
-                if info["success"] and first_success is None:
-                    first_success = info["steps"]
+            played = play(env, expert_policy(env), None, reset_kwargs={})
             episodes.append(
-                {"task": task, "episode": ep, "success": first_success is not None, "steps_to_success": first_success,
-                 "steps": info["steps"], "return": ret}
+                {"task": task, "episode": ep, "success": played.success, "steps_to_success": played.first_success,
+                 "steps": played.info["steps"], "return": played.return_}
             )
             bar.update(1)
-            bar.set_postfix_str(f"{task}: {'ok' if first_success else 'fail'}")
+            bar.set_postfix_str(f"{task}: {'ok' if played.success else 'fail'}")
         env.close()
     bar.close()
     out = expert_summary(per_task, episodes, time.perf_counter() - wall0, "Meta-World scripted policies")

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from metacog_fast.cli.demo_registry import (DemoPart, PositiveInt, ProgressFactory, csv_list, expert_summary, model_info,
-                                              play_expert_plan, register_demo_part)
+                                              expert_policy, register_demo_part)
 from metacog_fast.envs.base import Env
+from metacog_fast.envs.driver import play
 
 
 # -- the environment checked with its expert (runs under --quick) ----------------------------
@@ -42,8 +43,7 @@ def _sw_run(args: argparse.Namespace, progress: ProgressFactory) -> dict[str, An
         env = ScienceWorldEnv(ScienceWorldConfig(task=task, split=args.scienceworld_split))
         envs.append(env)
         for _ in range(args.scienceworld_episodes):
-            _, info = env.reset()
-            info = play_expert_plan(env, info)
+            info = play(env, expert_policy(env), None, reset_kwargs={}).info
             episodes.append(
                 {"task": task, "variation": info["variation"], "success": info["won"], "score": info["score"],
                  "steps": info["steps"], "errored": info["errored"], "reset_seconds": env.timings.last_reset_seconds}
