@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 from typing import Annotated, Any, Literal, Optional
 
@@ -17,14 +18,29 @@ import tyro
 from metacog_fast.cli.dataclass_args import ConfigError, add_command, build, field_default, parse, view
 
 ENVS = ("alfworld", "scienceworld")
+SCIENCEWORLD: dict[str, str] = {
+    "parse_tasks": "metacog_fast.scienceworld.runner:parse_tasks",
+    "ScienceWorldDataConfig": "metacog_fast.scienceworld.finetune_data:ScienceWorldDataConfig",
+    "build_scienceworld_dataset": "metacog_fast.scienceworld.finetune_data:build_scienceworld_dataset",
+    "SwiftAgreementConfig": "metacog_fast.scienceworld.finetune_eval:SwiftAgreementConfig",
+    "evaluate_swift_agreement": "metacog_fast.scienceworld.finetune_eval:evaluate_swift_agreement",
+    "agreement_markdown": "metacog_fast.scienceworld.finetune_eval:agreement_markdown",
+}
+"""The ScienceWorld Swift's sub-commands live in this command too (``data --env scienceworld``,
+``swift-eval``); their pieces are ``"module:name"`` strings resolved when used, so that one family
+does not import another."""
 _SHARED_DATA_FIELDS = ("split", "workers")
 """Fields of both data configurations: one flag each, read by whichever ``--env`` is chosen."""
 
 
-def _parse_tasks(text: str) -> list[int]:
-    from metacog_fast.scienceworld.runner import parse_tasks
+def _scienceworld(name: str) -> Any:
+    """The object named ``name`` in :data:`SCIENCEWORLD`."""
+    module, attr = SCIENCEWORLD[name].split(":")
+    return getattr(importlib.import_module(module), attr)
 
-    return parse_tasks(text)
+
+def _parse_tasks(text: str) -> list[int]:
+    return _scienceworld("parse_tasks")(text)
 
 
 _TASK_RANGES: dict = {"parsers": {"tasks": _parse_tasks}, "shown": {"tasks": "0-29"}}
@@ -47,8 +63,8 @@ _OUT = ("out", str, dataclasses.MISSING, "output folder (resumed when it exists)
 def _data_command() -> type:
     """``metacog finetune data``: the ALFWorld DataConfig and the ScienceWorld-only fields, by ``--env``."""
     from metacog_fast.alfworld.finetune.data import DataConfig
-    from metacog_fast.scienceworld.finetune_data import ScienceWorldDataConfig
 
+    ScienceWorldDataConfig = _scienceworld("ScienceWorldDataConfig")
     # validate=False: which configuration is validated depends on --env (see _data)
     sw = view(ScienceWorldDataConfig, skip=_SHARED_DATA_FIELDS, validate=False, **_TASK_RANGES)
     fields = [("config", view(DataConfig, validate=False), dataclasses.field()), ("sw", sw, dataclasses.field()),
@@ -83,8 +99,8 @@ def _checked(cfg: object) -> object:
 
 def _data(a: argparse.Namespace) -> int:
     from metacog_fast.alfworld.finetune.data import build_dataset
-    from metacog_fast.scienceworld.finetune_data import build_scienceworld_dataset
 
+    build_scienceworld_dataset = _scienceworld("build_scienceworld_dataset")
     cmd = parse(a)
     alf, sw = cmd.config, cmd.sw
     if cmd.env == "scienceworld":
@@ -104,10 +120,9 @@ def _data(a: argparse.Namespace) -> int:
 
 
 def _swift_eval(a: argparse.Namespace) -> int:
-    from metacog_fast.scienceworld.finetune_eval import agreement_markdown, evaluate_swift_agreement
-
     cmd = parse(a)
-    print(agreement_markdown(evaluate_swift_agreement(cmd.out, build(cmd.config))))
+    report = _scienceworld("evaluate_swift_agreement")(cmd.out, build(cmd.config))
+    print(_scienceworld("agreement_markdown")(report))
     return 0
 
 
@@ -207,7 +222,8 @@ def _commands() -> dict[str, tuple[str, Any, Any]]:
     from metacog_fast.alfworld.finetune.scorer import ScorerFitConfig
     from metacog_fast.alfworld.finetune.sft import SFTConfig
     from metacog_fast.finetune.export import ExportConfig
-    from metacog_fast.scienceworld.finetune_eval import SwiftAgreementConfig
+
+    SwiftAgreementConfig = _scienceworld("SwiftAgreementConfig")
 
     def cmd(help_line: str, config: type, folders: list, **kw: Any) -> tuple[str, type]:
         return help_line, _command(help_line, config, folders, **kw)
