@@ -23,6 +23,7 @@ if swe.java_version() is None:
 from metacog_fast.scienceworld.runner import walk_gold  # noqa: E402
 from metacog_fast.scienceworld.swift import (LLMSwift, RankerSwift, SwiftState, swift_option,  # noqa: E402
                                                      train_ranker)
+from metacog_fast.cli.dataclass_args import parse  # noqa: E402
 from metacog_fast.cli.main import build_parser, main  # noqa: E402
 from metacog_fast.envs import make_env  # noqa: E402
 from metacog_fast.alfworld.finetune.data import load_dataset  # noqa: E402
@@ -199,11 +200,13 @@ def test_sft_selects_scienceworld_source(dataset) -> None:
 
 def test_cli_flags(tmp_path, capsys) -> None:
     p = build_parser(load="finetune")
-    a = p.parse_args(["finetune", "data", "--env", "scienceworld", "--out", "x", "--tasks", "0,3,5-7",
-                      "--max-variations", "9", "--workers", "2"])
-    assert (a.env, a.tasks, a.max_variations, a.workers, a.split) == ("scienceworld", [0, 3, 5, 6, 7], 9, 2, "train")
-    assert p.parse_args(["finetune", "data", "--out", "x"]).env == "alfworld"
-    w = p.parse_args(["finetune", "swift-eval", "--out", "x", "--llms", "base,llama-cpp:///m", "--steps-per-task", "2"])
+    a = parse(p.parse_args(["finetune", "data", "--env", "scienceworld", "--out", "x", "--tasks", "0,3,5-7",
+                            "--max-variations", "9", "--workers", "2"]))
+    assert (a.env, a.sw.tasks, a.sw.max_variations, a.config.workers, a.config.split) == (
+        "scienceworld", [0, 3, 5, 6, 7], 9, 2, "train")
+    assert parse(p.parse_args(["finetune", "data", "--out", "x"])).env == "alfworld"
+    w = parse(p.parse_args(["finetune", "swift-eval", "--out", "x", "--llms", "base,llama-cpp:///m",
+                            "--steps-per-task", "2"])).config
     assert (w.llms, w.steps_per_task, w.prefilters, w.k) == (("base", "llama-cpp:///m"), 2, ("lexical", "ranker"), 8)
     for argv, msg in (
         (["--env", "scienceworld", "--split", "dev"], "--split (split): ScienceWorld 'dev' variations are never"),
@@ -215,7 +218,7 @@ def test_cli_flags(tmp_path, capsys) -> None:
         assert msg in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
     with pytest.raises(SystemExit):
-        p.parse_args(["finetune", "data", "--env", "scienceworld", "--out", "x", "--tasks", "0-40"])
+        parse(p.parse_args(["finetune", "data", "--env", "scienceworld", "--out", "x", "--tasks", "0-40"]))
 
 
 def test_top1_agreement_on_dev_gold(llm) -> None:
