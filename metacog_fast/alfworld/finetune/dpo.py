@@ -19,9 +19,8 @@ from typing import Any
 
 from metacog_fast._extras import require
 from metacog_fast.alfworld.store import read_json, write_json_atomic
-from metacog_fast.finetune.base import sha256_file
+from metacog_fast.finetune.base import PRECISIONS, resolve_precision, sha256_file
 
-PRECISIONS = ("bf16", "fp32")
 
 
 SPEED_ONLY = ("threads", "gradient_checkpointing", "precompute_ref")
@@ -50,8 +49,8 @@ class DPOTrainConfig:
     """Pairs per forward pass."""
     max_length: int = 768
     """Tokens of prompt + reflection; longer prompts are cut from the left (the trajectory's start)."""
-    precision: str = "bf16"
-    """"bf16" (autocast) or "fp32"."""
+    precision: str = "auto"
+    """"bf16" (autocast), "fp32", or "auto": bf16 on a CUDA GPU or a CPU with AVX512-BF16/AMX-BF16, else fp32."""
     save_steps: int = 25
     """Optimiser steps between checkpoints."""
     seed: int = 0
@@ -169,7 +168,7 @@ def train_dpo(pairs_dir: str | Path | list[str | Path], out_dir: str | Path, cfg
         max_steps=max_steps, learning_rate=cfg.learning_rate, lr_scheduler_type="cosine",
         warmup_steps=max(1, int(0.1 * steps_per_epoch * cfg.epochs)), logging_steps=1, beta=cfg.beta,
         save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=3, seed=cfg.seed, data_seed=cfg.seed,
-        bf16=cfg.precision == "bf16", use_cpu=not torch.cuda.is_available(), report_to="none",
+        bf16=resolve_precision(cfg.precision, torch.cuda.is_available()) == "bf16", use_cpu=not torch.cuda.is_available(), report_to="none",
         max_length=cfg.max_length, truncation_mode="keep_end", dataloader_num_workers=0,
         disable_tqdm=False, save_only_model=False, gradient_checkpointing=cfg.gradient_checkpointing,
         precompute_ref_log_probs=cfg.precompute_ref,

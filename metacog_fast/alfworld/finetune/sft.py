@@ -26,11 +26,11 @@ from typing import Any, Sequence
 
 from metacog_fast._extras import require
 from metacog_fast.alfworld.store import read_json, write_json_atomic
+from metacog_fast.finetune.base import PRECISIONS, resolve_precision
 from metacog_fast.alfworld.finetune.data import SOURCES, TRAIN_SOURCES, iter_sources, load_dataset
 from metacog_fast.alfworld.finetune.transcripts import LOSS_MODES, actor_transcript
 
 METHODS = ("lora", "full")
-PRECISIONS = ("bf16", "fp32")
 LOGITS = ("loss-positions", "all")
 DEVICES = ("auto", "cpu", "cuda")
 # Fields that may change between the calls of one run without changing what it computes.
@@ -75,8 +75,8 @@ class SFTConfig:
     """Transcripts per forward pass (batch_size / micro_batch_size gradient-accumulation steps)."""
     max_length: int = 1024
     """Tokens per transcript; longer ones are cut at the end."""
-    precision: str = "bf16"
-    """"bf16" (autocast; AVX512-BF16 on this CPU) or "fp32"."""
+    precision: str = "auto"
+    """"bf16" (autocast), "fp32", or "auto": bf16 on a CUDA GPU or a CPU with AVX512-BF16/AMX-BF16, else fp32."""
     logits: str = "loss-positions"
     """"loss-positions": the LM head only where the loss is taken; "all": over every position."""
     save_steps: int = 25
@@ -276,7 +276,7 @@ def make_trainer(model: Any, tokenizer: Any, rows: list[dict[str, Any]], cfg: SF
         max_steps=max_steps, learning_rate=cfg.learning_rate, lr_scheduler_type="cosine",
         warmup_steps=max(1, int(0.03 * steps_per_epoch * cfg.epochs)), logging_steps=1,
         save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=3, seed=cfg.seed, data_seed=cfg.seed,
-        bf16=cfg.precision == "bf16", use_cpu=not _use_cuda(cfg.device), gradient_checkpointing=False, report_to="none",
+        bf16=resolve_precision(cfg.precision, _use_cuda(cfg.device)) == "bf16", use_cpu=not _use_cuda(cfg.device), gradient_checkpointing=False, report_to="none",
         max_length=cfg.max_length, dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False,
         include_num_input_tokens_seen="non_padding", train_sampling_strategy="group_by_length",
         dataloader_num_workers=0, disable_tqdm=False, save_only_model=False,
