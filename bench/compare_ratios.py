@@ -27,7 +27,8 @@ def ratio_figures(info: dict[str, Any], prefix: str = "") -> Iterator[tuple[str,
         if isinstance(value, dict):
             yield from ratio_figures(value, f"{name}.")
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            if ("ratio" in key or "speedup" in key) and not key.startswith("target"):
+            words = key.split("_")
+            if ("ratio" in words or "speedup" in words) and words[0] != "target":
                 yield name, float(value)
 
 
