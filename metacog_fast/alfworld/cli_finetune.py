@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 from typing import Annotated, Any, Literal, Optional
 
 import tyro
 
+from metacog_fast._registry import resolve
 from metacog_fast.cli.dataclass_args import ConfigError, add_command, build, field_default, parse, view
 
 ENVS = ("alfworld", "scienceworld")
@@ -35,8 +35,7 @@ _SHARED_DATA_FIELDS = ("split", "workers")
 
 def _scienceworld(name: str) -> Any:
     """The object named ``name`` in :data:`SCIENCEWORLD`."""
-    module, attr = SCIENCEWORLD[name].split(":")
-    return getattr(importlib.import_module(module), attr)
+    return resolve(SCIENCEWORLD[name])
 
 
 def _parse_tasks(text: str) -> list[int]:

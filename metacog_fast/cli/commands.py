@@ -13,9 +13,10 @@ Another command is one more :class:`Command` line in :data:`COMMANDS`.
 from __future__ import annotations
 
 import argparse
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from metacog_fast._registry import resolve
 
 
 @dataclass(frozen=True)
@@ -30,8 +31,7 @@ class Command:
     """``"module:function"``; ``function(parser)`` adds the flags and sets ``func``."""
 
     def load(self) -> Callable[[argparse.ArgumentParser], Any]:
-        module, func = self.attach.split(":")
-        return getattr(importlib.import_module(module), func)
+        return resolve(self.attach)
 
 
 GROUPS: dict[str, str] = {

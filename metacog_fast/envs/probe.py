@@ -1,12 +1,12 @@
 """Quick checks of which environments and data are usable here (``metacog info``)."""
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from metacog_fast._registry import resolve
 from metacog_fast.envs.base import EnvSetupError
 
 
@@ -46,8 +46,7 @@ this floor imports no family."""
 
 
 def _probe_function(name: str) -> Callable[[bool], ProbeResult]:
-    module, func = PROBES[name].split(":")
-    return getattr(importlib.import_module(module), func)
+    return resolve(PROBES[name])
 
 
 

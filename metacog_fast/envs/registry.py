@@ -1,9 +1,9 @@
 """``make_env(name, **options)``: the one way to build an adapter by name."""
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable
 
+from metacog_fast._registry import resolve
 from metacog_fast.envs.base import Env
 
 
@@ -25,11 +25,9 @@ def make_env(name: str, **options: Any) -> Env:
     - ``"scienceworld"``: ``task=`` (name, id or index 0-29), ``variation=``, ``split=``, ``simplifications=``,
       ``step_limit=``, ``gold_path=``.
     """
-    try:
-        module, cls = ENV_FACTORIES[name].split(":")
-    except KeyError:
-        raise ValueError(f"name: unknown environment {name!r}; expected one of {sorted(ENV_FACTORIES)}") from None
-    factory: Callable[..., Env] = getattr(importlib.import_module(module), cls)
+    if name not in ENV_FACTORIES:
+        raise ValueError(f"name: unknown environment {name!r}; expected one of {sorted(ENV_FACTORIES)}")
+    factory: Callable[..., Env] = resolve(ENV_FACTORIES[name])
     try:
         return factory(**options)
     except TypeError as exc:

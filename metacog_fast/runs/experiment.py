@@ -46,7 +46,6 @@ from __future__ import annotations
 import glob
 import gzip
 import hashlib
-import importlib
 import json
 import os
 import re
@@ -62,6 +61,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO
 
 from metacog_fast._atomic import atomic_open, atomic_tmp_path
+from metacog_fast._registry import resolve
 from metacog_fast.runs.records import read_json, write_json_atomic
 
 KINDS = ("metacog", "unpack", "pack", "copy", "git-show", "call")
@@ -580,8 +580,7 @@ def git_show(revision: str, files: Sequence[str], into: str, root: Path, log: Te
 
 def call(function: str, args: Sequence[str], root: Path, log: TextIO) -> None:
     """``module:function(*args)`` (the runner works in ``root``); its return value is logged."""
-    module, fn = function.split(":")
-    out = getattr(importlib.import_module(module), fn)(*args)
+    out = resolve(function)(*args)
     print(f"{function}: {out}", file=log, flush=True)
 
 
