@@ -12,18 +12,36 @@ import json
 from dataclasses import dataclass
 
 from metacog_fast.alfworld.config import AGENT_NAMES, MAP_MODES, REFLECT_ON, AgentConfig, PretrainConfig, RunConfig
-from metacog_fast.cli.dataclass_args import add_command, build, parse, view
+from metacog_fast.cli import checks
+from metacog_fast.cli.dataclass_args import ConfigError, add_command, build, parse, view
 from metacog_fast.cli.executor import ExecutorFlags
+
+
+
+def games_found(split: str, data: str | None) -> None:
+    """The split's games are where ``data`` (None: the default lookup) says: a glob, no env opened."""
+    from metacog_fast.alfworld.env import find_split_dir
+    from metacog_fast.envs.base import EnvSetupError
+
+    try:
+        find_split_dir(split, data)
+    except EnvSetupError as e:  # "split: ... is not in the data folder", else no games where data points
+        raise ValueError(str(e) if str(e).startswith("split:") else f"data: {e}") from None
+
+
+_RUN_CHECKS = {"data": checks.existing_dir, "llm": checks.llm_uri, "reflector": checks.llm_uri}
 
 AgentFlags = view(AgentConfig, choices={"map_actions": MAP_MODES, "reflect_on": REFLECT_ON})
 """Per-episode behaviour, shared by ``run`` and ``pretrain``."""
 RunFlags = view(RunConfig, required=("agent",), choices={"agent": AGENT_NAMES},
-                aliases={"test_episodes": ("--episodes",)}, nested={"agent_config": AgentFlags})
+                aliases={"test_episodes": ("--episodes",)}, nested={"agent_config": AgentFlags},
+                checks={**_RUN_CHECKS, "scorer": checks.existing_dir},
+                check=lambda cfg: games_found(cfg.split, cfg.data))
 """``metacog run alfworld``: one protocol run, its agent settings flat beside it."""
 PretrainFlags = view(PretrainConfig)
 """``metacog pretrain alfworld``: the collection and M_sa training."""
 PretrainLLMFlags = view(RunConfig, only=("data", "llm", "reflector", "n_threads", "n_ctx", "workers"),
-                        nested={"agent_config": AgentFlags})
+                        nested={"agent_config": AgentFlags}, checks=_RUN_CHECKS)
 """The run settings pre-deployment shares with a protocol run (the agent is fixed: Reflexion)."""
 
 
@@ -78,7 +96,13 @@ def add_pretrain_arguments(p: argparse.ArgumentParser) -> None:
 def pretrain_configs(a: argparse.Namespace) -> tuple[PretrainConfig, RunConfig]:
     """(PretrainConfig, the Reflexion RunConfig with its AgentConfig) of ``metacog pretrain alfworld``."""
     cmd = parse(a, PretrainCommand)
-    return build(cmd.pretrain), build(cmd.run, agent="reflexion")
+    pc, run = build(cmd.pretrain), build(cmd.run, agent="reflexion")
+    try:
+        games_found(pc.split, run.data)
+    except ValueError as e:  # the split is PretrainConfig's, the data folder RunConfig's: name the flag here
+        field, _, rest = str(e).partition(":")
+        raise ConfigError(f"--{field} ({field}):{rest}") from None
+    return pc, run
 
 
 def pretrain_cmd(a: argparse.Namespace) -> int:

@@ -8,6 +8,31 @@ AGENT_NAMES = ("react", "reflexion", "muse", "muse-lowest", "muse-random", "fcrf
 MAP_MODES = ("embed", "choose", "none")
 REFLECT_ON = ("every", "failure")
 
+SPLITS = ("train", "valid_seen", "valid_train", "valid_unseen")
+"""ALFWorld's splits (``alfworld.env.SPLITS``; here too, so that checking a configuration imports no env)."""
+
+
+def _check_int(name: str, value: Any, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name}: expected an int >= {least}, got {value!r}")
+
+
+def _check_split(split: Any) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
+
+
+def _check_uri(name: str, uri: str | None) -> None:
+    """An LLM URI that parses (None: the default, resolved when the LLM opens)."""
+    if uri is None:
+        return
+    from metacog_fast.llm.uri import parse_uri
+
+    try:
+        parse_uri(uri)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+
 
 @dataclass
 class AgentConfig:
@@ -127,10 +152,16 @@ class RunConfig:
     """Per-episode behaviour."""
 
     def validate(self) -> "RunConfig":
+        """Every value checked on its own (no file is read): ValueError naming the field."""
         if self.agent not in AGENT_NAMES:
             raise ValueError(f"agent: expected one of {AGENT_NAMES}, got {self.agent!r}")
-        if self.tasks < 1 or self.test_episodes < 0 or self.adapt_episodes < 0 or self.workers < 1:
-            raise ValueError("tasks >= 1, workers >= 1, adapt_episodes >= 0 and test_episodes >= 0 expected")
+        _check_split(self.split)
+        for name in ("tasks", "workers", "n_threads"):
+            _check_int(name, getattr(self, name), 1)
+        for name in ("adapt_episodes", "test_episodes", "incremental_steps"):
+            _check_int(name, getattr(self, name), 0)
+        _check_uri("llm", self.llm)
+        _check_uri("reflector", self.reflector)
         if self.n_ctx < 512:
             raise ValueError(f"n_ctx: expected a context window of at least 512 tokens, got {self.n_ctx}")
         if self.reflector is not None and self.agent == "react":
@@ -181,6 +212,7 @@ class PretrainConfig:
     """Skip the collection; train M_sa on the episodes already recorded under OUT/collect."""
 
     def validate(self) -> "PretrainConfig":
+        _check_split(self.split)
         for name in ("tasks", "episodes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")

@@ -130,7 +130,8 @@ def view(cls: type, *, names: Mapping[str, str] | None = None, aliases: Mapping[
          parsers: Mapping[str, Callable[[str], Any]] | None = None, shown: Mapping[str, str] | None = None,
          positional: Sequence[str] = (), required: Sequence[str] = (), only: Sequence[str] | None = None,
          skip: Sequence[str] = (), spaced: Sequence[str] = (), nested: Mapping[str, type] | None = None,
-         validate: bool = True) -> type:
+         validate: bool = True, checks: Mapping[str, Callable[[Any], Any]] | None = None,
+         check: Callable[[Any], Any] | None = None) -> type:
     """A subclass of dataclass ``cls`` re-annotated for tyro (what :func:`build` turns back into ``cls``).
 
     ``names``: {field: flag name without ``--``} (default the field name in kebab case);
@@ -140,13 +141,18 @@ def view(cls: type, *, names: Mapping[str, str] | None = None, aliases: Mapping[
     ``required``: fields that must be given although they have a default; ``only`` / ``skip``: the
     fields that get a flag (the others keep their default); ``spaced``: tuple fields taking their
     items as separate words (``--checkpoint A B``) instead of a comma list; ``nested``: {field: the
-    view of its dataclass}; ``validate``: call the built object's ``validate()``."""
+    view of its dataclass}; ``validate``: call the built object's ``validate()``; ``checks``: {field:
+    ``fn(value)``}, cheap checks of what a value names on this machine (a path that must exist, an LLM
+    URI that must parse: :mod:`metacog_fast.cli.checks`), run by :func:`build` after ``validate()``,
+    before the command does any work; ``check``: ``fn(config)`` for a check that reads several fields.
+    Either raises ValueError; :func:`build` names the flag."""
     names, aliases, negations = dict(names or {}), dict(aliases or {}), dict(negations or {})
     choices, parsers, shown, nested = dict(choices or {}), dict(parsers or {}), dict(shown or {}), dict(nested or {})
     hints = typing.get_type_hints(cls, include_extras=True)  # keep a field's own tyro annotations
     by_name = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    checks = dict(checks or {})
     for key in (*names, *aliases, *negations, *choices, *parsers, *shown, *positional, *required, *skip, *spaced,
-                *nested, *(only or ())):
+                *nested, *checks, *(only or ())):
         if key not in by_name:
             raise TypeError(f"view({cls.__name__}): {key!r} is not a field")
     flags: dict[str, str] = {}
@@ -212,6 +218,7 @@ def view(cls: type, *, names: Mapping[str, str] | None = None, aliases: Mapping[
     frozen = cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
     ns = {"__post_init__": lambda self: None, "__tyro_base__": cls, "__cli_flags__": flags,
           "__cli_rewrites__": rewrites, "__cli_optional_bools__": tuple(optional_bools), "__cli_validate__": validate,
+          "__cli_checks__": checks, "__cli_check__": check,
           "__cli_spaced__": tuple(spaced), "__cli_positional__": tuple(positional),
           "__doc__": cls.__doc__, "__module__": cls.__module__}
     return dataclasses.make_dataclass(cls.__name__, fields, bases=(cls,), namespace=ns, frozen=frozen)
@@ -246,6 +253,13 @@ def build(obj: Any, **fixed: Any) -> Any:
         out = base(**kw)
         if view_cls.__cli_validate__ and callable(getattr(out, "validate", None)):
             out = out.validate() or out
+        for name, fn in view_cls.__cli_checks__.items():
+            try:
+                fn(getattr(out, name))
+            except ValueError as e:
+                raise ValueError(f"{name}: {e}") from None
+        if view_cls.__cli_check__ is not None:
+            view_cls.__cli_check__(out)
     except ValueError as e:
         raise ConfigError(_name_flag(view_cls, str(e))) from None
     return out

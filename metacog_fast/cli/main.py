@@ -82,8 +82,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (ConfigError, FileNotFoundError) as e:  # bad input: an argparse-style error naming the argument
-        print(f"{parser.prog} {' '.join(argv[:1])}: error: {e}", file=sys.stderr)
-        return 2
+        return _usage_error(parser, args, argv, e)
+    except ValueError as e:
+        from metacog_fast.runs.folder import RunFolderMismatch
+
+        if not isinstance(e, RunFolderMismatch):
+            raise
+        return _usage_error(parser, args, argv, e)  # --out names a folder of another run
+
+
+def _usage_error(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str], e: Exception) -> int:
+    """Print ``metacog <command>: error: <message>`` on one line (argparse's form) and return 2."""
+    prog = getattr(args, "cli_prog", None) or f"{parser.prog} {' '.join(argv[:1])}"
+    print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

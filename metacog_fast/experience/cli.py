@@ -8,8 +8,9 @@ annotations``: the command dataclass is made in a function, its field types are 
 """
 import argparse
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+from metacog_fast.cli import checks
 from metacog_fast.cli.dataclass_args import ConfigError, add_command, build, parse, view
 from metacog_fast.cli.executor import ExecutorWorkersFlags
 from metacog_fast.experience.config import ExperienceConfig
@@ -30,12 +31,26 @@ ExperienceFlags = view(
 ``--shortlist``, ``--no-subtask-commands``, ``--hide-strategic``, ``--no-loop-breaking``)."""
 
 
+SPLITS = {"alfworld": ("train", "valid_seen", "valid_train", "valid_unseen"), "scienceworld": ("train", "dev", "test")}
+"""The splits each environment has (``--split``)."""
+
+
+def check_protocol(cfg: Any) -> None:
+    """The run's values on their own, before any environment or model opens."""
+    if cfg.split not in SPLITS[cfg.env]:  # --split is the command's flag (its default depends on env)
+        raise ConfigError(f"--split: {cfg.env} has the splits {', '.join(SPLITS[cfg.env])}, got {cfg.split!r}")
+    if isinstance(cfg.iterations, bool) or not isinstance(cfg.iterations, int) or cfg.iterations < 1:
+        raise ValueError(f"iterations: expected an int >= 1, got {cfg.iterations!r}")
+
+
 def protocol_flags() -> type:
     from metacog_fast.experience.protocols import ProtocolConfig
 
     return view(ProtocolConfig, positional=("env",), skip=("split",),
                 aliases={"llm_uri": ("--llm",), "n_threads": ("--threads",)},
-                choices={"env": tuple(DEFAULT_SPLITS), "embedder": ("hashing", "minilm")})
+                choices={"env": tuple(DEFAULT_SPLITS), "embedder": ("hashing", "minilm")},
+                checks={"llm_uri": checks.llm_uri, "n_threads": checks.positive_int,
+                        "memory_in": checks.existing_file}, check=check_protocol)
 
 
 def learn_command() -> type:
@@ -91,8 +106,6 @@ def learn_configs(a: argparse.Namespace):
     except ValueError as e:
         raise ConfigError(str(e)) from None
     cfg = build(cmd.run, split=cmd.split or DEFAULT_SPLITS[cmd.run.env], games=games)
-    if cfg.iterations < 1:
-        raise ConfigError(f"--iterations: expected >= 1, got {cfg.iterations}")
     return cfg, build(cmd.experience), build(cmd.executor), cmd.protocol
 
 

@@ -40,6 +40,11 @@ def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], ignore: I
 _MISSING = object()
 
 
+class RunFolderMismatch(ValueError):
+    """A run folder holds a snapshot of another configuration (or of other models): resuming into it
+    would mix two runs. The command line's folder is the one to change (``metacog`` exits 2)."""
+
+
 def identity_differences(was: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
     """None when two identities (role -> what its name stands for) are equal, else a message naming
     the roles that changed with both values."""
@@ -80,18 +85,26 @@ class RunFolder:
                 raise ValueError(f"{self.snapshot_path}: expected a JSON object with a 'config' field")
             diff = config_differences(old, self.config, self.ignore)
             if diff:
-                raise ValueError(f"{self.snapshot_path}: the run folder holds a different configuration "
-                                 f"(fields {diff}); use another folder, or the same configuration to resume")
+                hint = ""
+                if self.holds_only_snapshot():
+                    hint = (f"; it holds no episode yet, so if no other process runs into it, delete "
+                            f"{self.snapshot_path} to start over with the new configuration")
+                raise RunFolderMismatch(f"{self.snapshot_path}: the run folder holds a different configuration "
+                                 f"(fields {diff}); use another folder, or the same configuration to resume{hint}")
             if "config" not in previous:
                 previous = {}
         self.identity = json.loads(json.dumps(dict(identity))) if identity is not None else None
         if previous and self.identity is not None and previous.get("identity") is not None:
             diff = identity_differences(previous["identity"], self.identity)
             if diff:
-                raise ValueError(f"{self.snapshot_path}: {diff}; use another folder")
+                raise RunFolderMismatch(f"{self.snapshot_path}: {diff}; use another folder")
         new = {"identity": self.identity} if self.identity is not None and not previous else {}
         doc = {**(extra or {}), **new, **(previous or {}), "config": self.config}  # extra: set when created
         write_json_atomic(self.snapshot_path, doc)
+
+    def holds_only_snapshot(self) -> bool:
+        """Whether the folder holds no file but its snapshot (nothing was recorded under it)."""
+        return all(p == self.snapshot_path or p.is_dir() for p in self.root.rglob("*"))
 
     def read_snapshot(self) -> dict[str, Any] | None:
         return read_json(self.snapshot_path) if self.snapshot_path.exists() else None

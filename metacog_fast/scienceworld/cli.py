@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import tyro
 
+from metacog_fast.cli import checks
 from metacog_fast.cli.dataclass_args import add_command, build, parse, view
 from metacog_fast.cli.executor import ExecutorFlags
 from metacog_fast.scienceworld.config import CONFIG_NAMES, SWIFT_KINDS
@@ -38,7 +39,7 @@ def _run_flags() -> type:
 
     return view(RunConfig, aliases={"configs": ("--config",), "warmup_per_task": ("--warmup",)},
                 parsers={"configs": parse_configs, "tasks": _parse_tasks}, shown={"configs": "all", "tasks": "0-29"},
-                choices={"swift": SWIFT_KINDS, "memory_embed": ("hash", "minilm")})
+                choices={"swift": SWIFT_KINDS, "memory_embed": ("hash", "minilm")}, checks={"llm": checks.llm_uri})
 
 
 def _swift_eval_flags() -> type:

@@ -18,15 +18,38 @@ import json
 import os
 from dataclasses import dataclass
 
+from metacog_fast.cli import checks
 from metacog_fast.cli.dataclass_args import add_command, build, parse, view
 from metacog_fast.cli.executor import ExecutorWorkersFlags
 from metacog_fast.town.generative import AgentConfig, Features
 from metacog_fast.town.jobs import AblationOptions, SimLLMOptions
 from metacog_fast.town.runner import RunOptions
 
-RunFlags = view(RunOptions)
+
+
+def _positive_budget(value: float | None) -> None:
+    if value is not None and not value > 0:
+        raise ValueError(f"expected seconds > 0 or none, got {value!r}")
+
+
+def scenario_loads(opts: RunOptions) -> None:
+    """The scenario and world load and take the agent and step counts (JSON read and checked, no model
+    opened): checked before the run folder is written."""
+    from metacog_fast.town.loader import load_scenario
+
+    try:
+        load_scenario(opts.scenario, opts.world, seed=opts.seed, n_agents=opts.agents, steps=opts.steps)
+    except (ValueError, FileNotFoundError) as e:
+        field = "world" if str(e).startswith("world") else "scenario"
+        raise ValueError(f"{field}: {e}") from None
+
+
+RunFlags = view(RunOptions, checks={"agents": checks.optional_positive_int, "steps": checks.optional_positive_int,
+                                    "max_llm_calls": checks.optional_positive_int, "step_budget": _positive_budget},
+                check=scenario_loads)
 """What to simulate (``sim`` and ``sim ablate``)."""
-LLMFlags = view(SimLLMOptions)
+LLMFlags = view(SimLLMOptions, checks={"llm": checks.llm_uri, "judge_llm": checks.llm_uri,
+                                       "llm_threads": checks.optional_positive_int})
 AgentFlags = view(AgentConfig)
 FeatureFlags = view(Features)
 """The cognitive modules of one run (``--no-memory``, ``--no-reflection``, ``--no-planning``, ``--no-metacognition``)."""
