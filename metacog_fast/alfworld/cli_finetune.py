@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Optional
 import tyro
 
 from metacog_fast._registry import resolve
+from metacog_fast.cli import checks
 from metacog_fast.cli.dataclass_args import ConfigError, add_command, build, field_default, parse, view
 
 ENVS = ("alfworld", "scienceworld")
@@ -45,9 +46,16 @@ def _parse_tasks(text: str) -> list[int]:
 _TASK_RANGES: dict = {"parsers": {"tasks": _parse_tasks}, "shown": {"tasks": "0-29"}}
 
 
+_FIELD_CHECKS = {"llm": checks.llm_uri, "actor": checks.llm_uri, "reflector": checks.llm_uri,
+                 "n_threads": checks.positive_int}
+"""Checks of the fields these names have in every ``finetune`` configuration, run before any work."""
+
+
 def _command(doc: str, config: type, folders: list[tuple[str, Any, Any, str]], **view_kw: Any) -> type:
     """The command line of one ``finetune`` sub-command: ``config``'s flags (a view) and its folders,
     ``[(field, type, default or dataclasses.MISSING, help)]``."""
+    names = {f.name for f in dataclasses.fields(config)}
+    view_kw.setdefault("checks", {k: fn for k, fn in _FIELD_CHECKS.items() if k in names})
     fields: list[tuple[str, Any, Any]] = [("config", view(config, **view_kw), dataclasses.field())]
     for name, tp, default, help_text in folders:
         tp = Annotated[tp, tyro.conf.arg(help=help_text)]
