@@ -50,7 +50,8 @@ class DamagedStoreError(RuntimeError):
         self.path = path
         super().__init__(
             f"{path}: the memory store's SQLite file is damaged ({cause}). What you can do: "
-            f"(1) restore it from a copy made with MemoryStore.backup(); "
+            f"(1) restore it from a copy made with MemoryStore.backup() and move the index files "
+            f"{path}.hnsw and {path}.hnsw.json aside (they are rebuilt from the copy on open); "
             f"(2) or salvage the readable records: `sqlite3 {path} .recover | sqlite3 {path}.recovered`, "
             f"then open {path}.recovered (the index files {path}.hnsw* are derived and are rebuilt on open); "
             f"(3) or move the file aside to start an empty store. The damaged file was not modified.")
@@ -140,10 +141,11 @@ class Database:
         return int(self.meta("seq")), int(self.meta("forget_seq"))
 
     @_guarded
-    def insert(self, rows: list[tuple[Any, ...]], pending_access: Iterable[tuple[float, int]]) -> np.ndarray:
+    def insert(self, rows: list[tuple[Any, ...]],
+               pending_access: Iterable[tuple[float, int]]) -> tuple[np.ndarray, int]:
         """Insert records (agent, kind, text, location, created, last_access, importance,
         embedding bytes, meta json) in one transaction, with pending last_access updates;
-        returns the new ids [N] once committed."""
+        returns (the new ids [N], the seq of this transaction) once committed."""
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
         try:
@@ -156,25 +158,32 @@ class Database:
                     " VALUES (?,?,?,?,?,?,?,?,?)", r)
                 ids[i] = cur.lastrowid
                 first = first if first is not None else cur.lastrowid
-            c.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key='seq'")
+            seq = self._bump_seq()
             c.execute("COMMIT")
         except BaseException:
             c.execute("ROLLBACK")
             raise
-        return ids
+        return ids, seq
+
+    def _bump_seq(self) -> int:
+        """Add one to ``seq`` inside the open transaction; returns the new value."""
+        self.conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key='seq'")
+        return int(self.conn.execute("SELECT value FROM meta WHERE key='seq'").fetchone()[0])
 
     @_guarded
-    def delete(self, ids: np.ndarray) -> None:
+    def delete(self, ids: np.ndarray) -> int:
+        """Delete records ``ids`` in one transaction; returns its seq (also the new ``forget_seq``)."""
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
         try:
             c.executemany("DELETE FROM records WHERE id=?", ((int(i),) for i in ids))
-            c.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key='seq'")
-            c.execute("UPDATE meta SET value = (SELECT value FROM meta WHERE key='seq') WHERE key='forget_seq'")
+            seq = self._bump_seq()
+            c.execute("UPDATE meta SET value = ? WHERE key='forget_seq'", (str(seq),))
             c.execute("COMMIT")
         except BaseException:
             c.execute("ROLLBACK")
             raise
+        return seq
 
     @_guarded
     def select_ids(self, where: str, args: tuple[Any, ...]) -> np.ndarray:

@@ -6,10 +6,12 @@ Times are seconds of simulation time (floats); recency decays by ``decay`` per
 
 :class:`MemoryStore` is the façade; each of its parts has a module of its own:
 
+* :mod:`.lockfile`      the store's one-writer lock (``<db>.lock``, held from open to close);
 * :mod:`.db`            the SQLite table (records, seq, backup);
 * :mod:`.table`         the in-memory columns (unit keys, int8 codes, times, importance, codes);
 * :mod:`.records`       :class:`MemoryRecord` and the load of SQLite rows into the columns;
-* :mod:`.main_index`    the HNSW index's lifecycle (load / catch up / rebuild, seq, save, beam);
+* :mod:`.main_index`    the HNSW index's lifecycle (load / catch up / rebuild, seq, save, beam), with
+  :mod:`.index` (files, sidecar) and :mod:`.index_check` (the file's structure, before hnswlib reads it);
 * :mod:`.buckets`, :mod:`.hot`  the recency lists per importance bucket and the hot set;
 * :mod:`.filters`       rows and hnswlib filters per agent/kind/since key;
 * :mod:`.retrieval`     the retrieve entry, the exact scan, the kernels; with :mod:`.threshold_search`,
@@ -37,6 +39,7 @@ from metacog_fast.memory.config import MemoryConfig
 from metacog_fast.memory.db import Database, dumps_meta
 from metacog_fast.memory.filters import FilterCache
 from metacog_fast.memory.hot import HotSet
+from metacog_fast.memory.lockfile import StoreLock
 from metacog_fast.memory.main_index import MainIndex
 from metacog_fast.memory.planner import ClassCheck, HnswCurve, Planner
 from metacog_fast.memory.records import MemoryRecord, ingest, record_of
@@ -57,6 +60,20 @@ class MemoryStore:
         self.config = config
         self.index_path = self.path + ".hnsw"
         self.open_report: dict[str, Any] = {}
+        self._closed = True
+        self._pid = os.getpid()
+        self._owner = StoreLock(self.path).acquire()  # one writer per store, before any file is read
+        self._db: Database | None = None
+        try:
+            hx.check_database_present(self.path, self.index_path)
+            self._build(config)
+        except BaseException:
+            if self._db is not None:
+                self._db.close()
+            self._owner.release()
+            raise
+
+    def _build(self, config: MemoryConfig) -> None:
         self._lock = RWLock()
         self._mutate = threading.Lock()  # candidate lists, last_access updates, SQLite
         self._db = Database(self.path, config.dim, config.synchronous)
@@ -79,6 +96,12 @@ class MemoryStore:
 
         ``config`` fields may also be given as keywords (``M=32, ef=128``). A missing,
         stale or corrupt index is rebuilt from SQLite; ``store.open_report`` says which.
+
+        The store is locked for this object until :meth:`close` (docs/memory.md, "Concurrency"): a
+        second open of ``path``, from any process, raises
+        :class:`~metacog_fast.memory.lockfile.StoreLockedError` naming the holder. A database older
+        than its index (missing, emptied, an older copy) raises
+        :class:`~metacog_fast.memory.index.StaleDatabaseError` with the recovery steps.
         """
         cfg = config or MemoryConfig(dim=dim)
         if config is not None and dim != 384 and dim != config.dim:
@@ -99,9 +122,9 @@ class MemoryStore:
         self.open_report["records"] = self._table.live
         self.open_report["load_records_s"] = time.perf_counter() - t0
         seq, forget_seq = self._db.seq()
-        self._main.open(self._table, seq, forget_seq, self.open_report)
+        self._main.open(self._table, seq, forget_seq, self.open_report, self.path)
         self.open_report["open_s"] = time.perf_counter() - t0
-        if self._main.seq != seq:
+        if self._main.behind():
             self._save_index()
 
     # ---------------------------------------------------------------- writing
@@ -132,14 +155,14 @@ class MemoryStore:
                  emb[i].tobytes(), metas[i]) for i in range(n)]
         with self._lock.write():
             with self._mutate:
-                ids = self._db.insert(rows, self._pending.take())
+                ids, seq = self._db.insert(rows, self._pending.take())
             t = self._table
             trows = t.insert(ids, keys, cre, cre.copy(), imp,
                              np.array([t.agents.get(a) for a in agents], np.int32),
                              np.array([t.kinds.get(k) for k in kinds], np.int32))
             self._lists.push(trows)
             self._hot.note(trows)
-            self._main.add(keys, ids)
+            self._main.add(keys, ids, seq)
             self._filters.bump()
             if self._main.save_due():
                 self._save_index()
@@ -185,11 +208,11 @@ class MemoryStore:
             if len(ids) == 0:
                 return 0
             with self._mutate:
-                self._db.delete(ids)
+                seq = self._db.delete(ids)
                 self._pending.drop(ids.tolist())
             self._hot.remove(rows[rows >= 0])
             self._table.remove(ids)
-            self._main.remove(ids)
+            self._main.remove(ids, seq)
             self._filters.bump()
             return len(ids)
 
@@ -215,6 +238,8 @@ class MemoryStore:
         Returns Q pairs (ids [<=k] int64, scores [<=k] float32), best first, and sets
         ``last_access`` of every returned record to ``now`` (``touch=False``: a read-only
         peek). ``exact=True`` scores every record under the filter (the brute-force reference).
+        ``weights`` (w_rec, w_rel, w_imp): finite, >= 0, not all 0. ``k`` >= 1; a ``k`` above the
+        number of records is clamped to it (no work or memory is sized by a larger ``k``).
         """
         if unknown:
             raise ValueError(f"unknown filter key(s) {sorted(unknown)}: expected {FILTER_KEYS}")
@@ -226,12 +251,14 @@ class MemoryStore:
         if not math.isfinite(now):
             raise ValueError(f"now: expected a finite time in seconds, got {now}")
         w = tuple(float(x) for x in weights)
-        if len(w) != 3 or not all(math.isfinite(x) and x >= 0 for x in w):
-            raise ValueError(f"weights: expected three finite non-negative (w_rec, w_rel, w_imp), got {weights!r}")
+        if len(w) != 3 or not all(math.isfinite(x) and x >= 0 for x in w) or not any(w):
+            raise ValueError(f"weights: expected three finite non-negative (w_rec, w_rel, w_imp), not all 0, "
+                             f"got {weights!r}")
         if since is not None and not math.isfinite(float(since)):
             raise ValueError(f"since: expected a finite time in seconds, got {since!r}")
         q = ck.unit_queries(queries, self.config.dim, "queries")
         with self._lock.read():
+            k = min(k, max(self._table.live, 1))
             rows, scores = self._retriever.rows(q, k, now, agent, kind, since, w, exact)
             with self._mutate:
                 return self._finish(rows, scores, now, touch)
@@ -283,7 +310,7 @@ class MemoryStore:
             self._db.write_access(self._pending.take())
 
     def _save_index(self) -> None:
-        self._main.save(self._db.seq()[0], self._table)
+        self._main.save(self._table)
 
     def flush(self) -> None:
         """Write pending last_access updates and save the index (atomically) if it changed."""
@@ -291,7 +318,7 @@ class MemoryStore:
         with self._lock.write():
             with self._mutate:
                 self._flush_access()
-            if self._main.seq != self._db.seq()[0]:
+            if self._main.behind():
                 self._save_index()
 
     def backup(self, path: str | os.PathLike) -> int:
@@ -310,12 +337,22 @@ class MemoryStore:
         return self._db.backup(target)
 
     def close(self) -> None:
-        """Flush and close; the store cannot be used afterwards."""
+        """Flush, close and release the store's lock; the store cannot be used afterwards.
+        In a process forked from the opener, only forgets this copy (the opener keeps the lock)."""
         if self._closed:
             return
-        self.flush()
-        self._closed = True
-        self._db.close()
+        if os.getpid() != self._pid:
+            self._closed = True
+            self._owner.forget_inherited()
+            return
+        try:
+            self.flush()
+        finally:
+            self._closed = True
+            try:
+                self._db.close()
+            finally:
+                self._owner.release()
 
     def __enter__(self) -> "MemoryStore":
         return self
@@ -326,6 +363,10 @@ class MemoryStore:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("MemoryStore is closed")
+        if os.getpid() != self._pid:
+            raise RuntimeError(f"MemoryStore {self.path} was opened by process {self._pid} and cannot be used "
+                               f"from process {os.getpid()} (a forked copy); open the store in this process "
+                               f"after the opener closed it")
 
     def _live_rows(self, ids: np.ndarray) -> np.ndarray:
         rows = self._table.rows_of(ids)
