@@ -9,7 +9,7 @@ from typing import Any
 
 from metacog_fast.llm.budget import Budget
 from metacog_fast.llm.grammar import choice_grammar
-from metacog_fast.llm.http_client import JsonHttpClient, LLMHTTPError, RetryPolicy
+from metacog_fast.llm.http_client import JsonHttpClient, LLMHTTPError, RetryPolicy, resolve_timeouts
 from metacog_fast.llm.params import SamplingParams
 from metacog_fast.llm.protocol import LLM, ScoreResult, choices_from_texts
 from metacog_fast.llm.types import Completion, Message
@@ -37,12 +37,13 @@ class HttpConfig:
     """Model name sent with each request; ``None`` = the first model the server lists."""
     api_key: str | None = field(default=None, repr=False)
     """Bearer token; ``None`` = ``$METACOG_LLM_API_KEY``, then ``$OPENAI_API_KEY``, then none."""
-    connect_timeout: float = 5.0
-    """Seconds to establish a connection."""
-    read_timeout: float = 120.0
-    """Seconds to wait for the server between bytes of the answer."""
+    connect_timeout: float | None = None
+    """Seconds to establish a connection (each attempt); None: ``$METACOG_LLM_CONNECT_TIMEOUT``, else 5."""
+    read_timeout: float | None = None
+    """Seconds to wait for the first byte of the answer and between its bytes; None:
+    ``$METACOG_LLM_READ_TIMEOUT``, else 60. A read timeout is not retried (``LLMTimeoutError``)."""
     max_retries: int = 3
-    """Retries on connection errors, timeouts, 5xx and 429."""
+    """Retries on connection errors, connect timeouts, answers cut off, 5xx and 429."""
     backoff_initial: float = 0.25
     """Seconds before the first retry; doubles each retry."""
     backoff_max: float = 4.0
@@ -87,13 +88,14 @@ class HttpLLM(LLM):
             raise ValueError(f"max_concurrency: expected an int >= 1, got {config.max_concurrency!r}")
         if config.extra_body is not None and not isinstance(config.extra_body, dict):
             raise ValueError(f"extra_body: expected a dict or None, got {type(config.extra_body).__name__}")
+        connect_timeout, read_timeout = resolve_timeouts(config.connect_timeout, config.read_timeout)
         self.config = config
         self.uri = config.base_url
         self.client = JsonHttpClient(
             config.base_url,
             api_key=_api_key(config.api_key),
-            connect_timeout=config.connect_timeout,
-            read_timeout=config.read_timeout,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
             retry=RetryPolicy(
                 max_retries=config.max_retries, backoff_initial=config.backoff_initial, backoff_max=config.backoff_max
             ),

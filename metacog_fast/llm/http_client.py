@@ -1,13 +1,23 @@
 """JSON over HTTP(S) with connect/read timeouts and bounded retries (stdlib only).
 
-Retried: connection errors, timeouts, HTTP 5xx and 429, with exponential
-backoff. Not retried: other 4xx (the request itself is wrong). The API key is
-sent as a bearer header and never appears in logs or error messages.
+Retried: connection errors (refused, reset, a connect timeout, an answer cut off), HTTP 5xx and
+429, with exponential backoff. Not retried: other 4xx (the request itself is wrong) and a read
+timeout: a server that accepted the request and sent nothing for ``read_timeout`` seconds is stuck or
+busy with it, and asking again would only multiply the wait (``LLMTimeoutError`` at once). The API
+key is sent as a bearer header and never appears in logs or error messages.
+
+Default timeouts (:data:`DEFAULT_CONNECT_TIMEOUT`, :data:`DEFAULT_READ_TIMEOUT`; settable per
+backend in ``HttpConfig`` or for every backend of the process with :data:`CONNECT_TIMEOUT_VAR` /
+:data:`READ_TIMEOUT_VAR`): 5 s to connect, ample for a server on this machine or the LAN and a few
+round trips to a remote one; 60 s for the first byte of an answer, so that a server that accepted and
+never answers is known within a minute (it was ~8 min: 120 s x 4 attempts) while one non-streamed
+completion of a few hundred tokens from a mid-size model on a loaded server still fits.
 """
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 import ssl
 import time
@@ -18,6 +28,52 @@ from urllib.parse import urlsplit
 
 class LLMConnectionError(ConnectionError):
     """The LLM server could not be reached (after the retries)."""
+
+
+class LLMTimeoutError(LLMConnectionError):
+    """The LLM server accepted the connection but sent no answer within the read timeout (not retried)."""
+
+
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds to establish a connection (each attempt)."""
+DEFAULT_READ_TIMEOUT = 60.0
+"""Seconds to wait for the first byte of an answer, and between its bytes."""
+CONNECT_TIMEOUT_VAR = "METACOG_LLM_CONNECT_TIMEOUT"
+READ_TIMEOUT_VAR = "METACOG_LLM_READ_TIMEOUT"
+
+
+def resolve_timeouts(connect_timeout: float | None, read_timeout: float | None) -> tuple[float, float]:
+    """(connect, read) seconds: the value given, else its environment variable
+    (:data:`CONNECT_TIMEOUT_VAR`, :data:`READ_TIMEOUT_VAR`), else the default; ValueError naming
+    the setting for anything but seconds > 0."""
+    out = []
+    for name, value, var, default in (("connect_timeout", connect_timeout, CONNECT_TIMEOUT_VAR, DEFAULT_CONNECT_TIMEOUT),
+                                      ("read_timeout", read_timeout, READ_TIMEOUT_VAR, DEFAULT_READ_TIMEOUT)):
+        if value is None:
+            text = os.environ.get(var, "").strip()
+            if not text:
+                out.append(default)
+                continue
+            try:
+                value = float(text)
+            except ValueError:
+                raise ValueError(f"${var}: expected seconds > 0, got {text!r}") from None
+            if not (value > 0 and value != float("inf")):
+                raise ValueError(f"${var}: expected seconds > 0, got {text!r}")
+            out.append(value)
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < float("inf")):
+            raise ValueError(f"{name}: expected seconds > 0, got {value!r}")
+        out.append(float(value))
+    return out[0], out[1]
+
+
+class _ConnectFailed(Exception):
+    """An attempt that did not get a connection (carries the cause; retried)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class LLMHTTPError(RuntimeError):
@@ -61,7 +117,7 @@ class JsonHttpClient:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"base_url: expected http(s)://host[:port][/path], got {base_url!r}")
         for name, v in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
-            if not isinstance(v, (int, float)) or v <= 0:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < float("inf")):
                 raise ValueError(f"{name}: expected seconds > 0, got {v!r}")
         if not isinstance(retry.max_retries, int) or retry.max_retries < 0:
             raise ValueError(f"max_retries: expected an int >= 0, got {retry.max_retries!r}")
@@ -92,7 +148,10 @@ class JsonHttpClient:
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         try:
-            conn.connect()
+            try:
+                conn.connect()
+            except OSError as exc:
+                raise _ConnectFailed(exc) from exc
             assert conn.sock is not None
             conn.sock.settimeout(self.read_timeout)
             conn.request(method, self._prefix + path, body=body, headers=headers)
@@ -114,7 +173,19 @@ class JsonHttpClient:
             self.attempts += 1
             try:
                 status, data = self._once(method, path, body)
-            except (OSError, http.client.HTTPException, socket.timeout) as exc:
+            except _ConnectFailed as exc:
+                cause = exc.cause
+                last = f"{type(cause).__name__}: {cause}"
+                if isinstance(cause, socket.timeout):
+                    last += f" (no connection within connect_timeout={self.connect_timeout:g} s)"
+                continue
+            except socket.timeout as exc:  # connected, request sent, no answer in time: not retried
+                raise LLMTimeoutError(self._redact(
+                    f"LLM server {url} accepted the connection but sent no answer within "
+                    f"read_timeout={self.read_timeout:g} s ({type(exc).__name__}: {exc}); not retried, the server "
+                    f"is stuck or busy. A server that needs longer: HttpConfig(read_timeout=...) or "
+                    f"${READ_TIMEOUT_VAR}")) from exc
+            except (OSError, http.client.HTTPException) as exc:  # reset, cut off mid-answer, not HTTP
                 last = f"{type(exc).__name__}: {exc}"
                 continue
             if status >= 500 or status == 429:
