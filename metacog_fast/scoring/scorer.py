@@ -8,12 +8,18 @@ examples with the encoder frozen; ``fit`` is pre-deployment training (Alg. 3),
 replay mixing pre-deployment and adaptation data.
 
 Saved as a folder: ``head.safetensors`` (g_eta, names l0.w ... out.b; plus the
-replay pools when asked) and ``config.json``, each written atomically.
+replay pools when asked) and ``config.json``, each written atomically, the JSON last. The JSON
+records the head file's size and sha256 (``files``), and :meth:`TrajectoryScorer.load` checks them
+before reading a tensor: zeros written inside the file leave a valid safetensors file that only
+the digest catches. A folder saved before the digest was recorded loads with a RuntimeWarning
+(nothing to check it against; :func:`record_head_digest` adds the record).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -22,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from metacog_fast._atomic import atomic_write_bytes
+from metacog_fast._integrity import sha256_file, verify_file
 from metacog_fast.ops.scoring import init_scoring_head, score_trajectories
 from metacog_fast.ops.scoring.naive import score_logits
 from metacog_fast.scoring.chunks import render_trajectory
@@ -153,14 +160,18 @@ class TrajectoryScorer:
         tensors = {k: v.detach().contiguous().numpy() for k, v in self.head.items()}
         if include_replay:
             tensors.update(self.replay.state())
-        atomic_write_bytes(folder / HEAD_FILE, st_save(tensors, metadata={"format_version": str(FORMAT_VERSION)}))
-        meta = {"format_version": FORMAT_VERSION, "config": self.config.to_dict()}
+        data = st_save(tensors, metadata={"format_version": str(FORMAT_VERSION)})
+        atomic_write_bytes(folder / HEAD_FILE, data)
+        meta = {"format_version": FORMAT_VERSION, "config": self.config.to_dict(),
+                "files": {HEAD_FILE: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}}
         atomic_write_bytes(folder / CONFIG_FILE, json.dumps(meta, indent=2).encode())
         return folder
 
     @classmethod
     def load(cls, path: str | os.PathLike, encoder: MiniLMEncoder | None = None) -> "TrajectoryScorer":
-        """Read a folder written by :meth:`save`. ``encoder``: reuse a loaded encoder."""
+        """Read a folder written by :meth:`save`. ``encoder``: reuse a loaded encoder. The head file is
+        checked against the size and sha256 config.json records before it is read (ModelFileError,
+        a ValueError, when they differ; a RuntimeWarning when config.json records none)."""
         from safetensors import SafetensorError
         from safetensors.numpy import load_file
 
@@ -178,6 +189,7 @@ class TrajectoryScorer:
         if meta.get("format_version") != FORMAT_VERSION:
             raise ValueError(f"path: {cfg_path} has format_version {meta.get('format_version')!r}, expected {FORMAT_VERSION}")
         config = ScorerConfig.from_dict(meta["config"])
+        _check_head(folder, meta)
         try:
             tensors = load_file(str(head_path))
         except (SafetensorError, OSError) as exc:
@@ -197,3 +209,31 @@ class TrajectoryScorer:
         if "replay.pre.task" in tensors:
             scorer.replay.load_state(tensors)
         return scorer
+
+
+def _check_head(folder: Path, meta: dict) -> None:
+    """The head file against the size and sha256 that config.json (``meta``) records for it."""
+    head_path, cfg_path = folder / HEAD_FILE, folder / CONFIG_FILE
+    files = meta.get("files")
+    rec = files.get(HEAD_FILE) if isinstance(files, dict) else None
+    if not isinstance(rec, dict) or not isinstance(rec.get("sha256"), str):
+        warnings.warn(f"{head_path}: {cfg_path} records no size and sha256 for it (saved before they were "
+                      "recorded), so damage to the file cannot be detected; once you trust the file, "
+                      "record them with metacog_fast.scoring.scorer.record_head_digest(folder)",
+                      RuntimeWarning, stacklevel=3)
+        return
+    verify_file(head_path, sha256=rec["sha256"], size=rec.get("bytes"), manifest=str(cfg_path),
+                remedy="the scorer's weights are damaged or were replaced: restore the folder from where it "
+                       "came (a shipped scorer: reinstall metacog_fast) or train and save it again")
+
+
+def record_head_digest(path: str | os.PathLike) -> Path:
+    """Add the size and sha256 of ``path/head.safetensors`` as it is now to ``path/config.json``
+    (a folder saved before :meth:`TrajectoryScorer.save` recorded them); returns config.json's path.
+    It certifies the file as it is: run it only on a head you trust."""
+    folder = Path(path)
+    cfg_path, head_path = folder / CONFIG_FILE, folder / HEAD_FILE
+    meta = json.loads(cfg_path.read_text())
+    meta["files"] = {HEAD_FILE: {"bytes": head_path.stat().st_size, "sha256": sha256_file(head_path)}}
+    atomic_write_bytes(cfg_path, json.dumps(meta, indent=2).encode())
+    return cfg_path

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from metacog_fast._integrity import ModelFileError, sha256_file
 from metacog_fast.metaworld.muse_wm.config import ActConfig
 
 
@@ -40,19 +42,46 @@ def _doc(stem: str | os.PathLike) -> dict[str, Any]:
     return doc
 
 
+def checked_tensor_file(stem: str | os.PathLike, doc: dict[str, Any]) -> Path:
+    """The tensor file that the checkpoint JSON ``doc`` names beside ``stem`` (default
+    ``stem.safetensors``), checked against the size and sha256 the JSON records before anything reads
+    it. ValueError when it is missing; ModelFileError (a ValueError) when it does not match (damaged,
+    replaced or partially written); a RuntimeWarning when the JSON records no digest (nothing to check)."""
+    jp = Path(stem).with_suffix(".json")
+    st_path = Path(stem).parent / str(doc.get("tensors") or Path(stem).with_suffix(".safetensors").name)
+    if not st_path.exists():
+        raise ValueError(f"checkpoint: tensor file {st_path} is missing")
+    want, size = doc.get("sha256"), doc.get("bytes")
+    if not want:
+        warnings.warn(f"checkpoint: {jp} records no sha256 for {st_path}, so damage to it cannot be detected",
+                      RuntimeWarning, stacklevel=3)
+        return st_path
+    todo = "restore the checkpoint (both files) from a copy, or train again"
+    have_size = st_path.stat().st_size
+    if size is not None and have_size != int(size):
+        raise ModelFileError(f"checkpoint: {st_path} does not match the digest in its JSON {jp}: {have_size} bytes, "
+                             f"the JSON records {int(size)} bytes and sha256 {want} (truncated, damaged or "
+                             f"partially written file); {todo}")
+    have = sha256_file(st_path)
+    if have != want:
+        raise ModelFileError(f"checkpoint: {st_path} does not match the digest in its JSON {jp}: sha256 {have}, "
+                             f"the JSON records {want} (damaged, replaced or partially written file); {todo}")
+    return st_path
+
+
 def load_acting_weights(stem: str | os.PathLike) -> ActingCheckpoint:
-    """Weights, encoder, acting config and C of the checkpoint at ``stem``, as numpy."""
+    """Weights, encoder, acting config and C of the checkpoint at ``stem``, as numpy (the tensor file
+    checked against the JSON's digest first: :func:`checked_tensor_file`)."""
     from safetensors.numpy import load_file
 
-    cfg = _doc(stem)["config"]
+    doc = _doc(stem)
+    cfg = doc["config"]
     known = {f.name for f in fields(ActConfig)}
     act_d = cfg["act"]
     unknown = sorted(set(act_d) - known)
     if unknown:
         raise ValueError(f"checkpoint: config.act has unknown keys {unknown}")
-    st_path = Path(stem).with_suffix(".safetensors")
-    if not st_path.exists():
-        raise ValueError(f"checkpoint: tensor file {st_path} is missing")
+    st_path = checked_tensor_file(stem, doc)
     tensors = load_file(str(st_path))
     w = {k[5:]: v for k, v in tensors.items() if k.startswith("rssm.")}
     enc = {k[8:]: v for k, v in tensors.items() if k.startswith("encoder.")}

@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from metacog_fast._atomic import atomic_tmp_path, atomic_write_bytes
 from metacog_fast.metaworld.models.dreamer import Dreamer
+from metacog_fast.metaworld.muse_wm.checkpoint import checked_tensor_file
 from metacog_fast.metaworld.train.config import ProtocolConfig
 
 
@@ -81,7 +82,8 @@ def save_checkpoint(stem: str | os.PathLike, model: Dreamer, cfg: ProtocolConfig
         st_path = stem.with_suffix(".safetensors")
     with atomic_tmp_path(st_path) as tmp:
         save_file(tensors, str(tmp), metadata={"format": "metacog_fast.dreamer", "agent": cfg.agent})
-    doc = {"config": cfg.to_dict(), "meta": meta or {}, "tensors": st_path.name, "sha256": _digest(st_path)}
+    doc = {"config": cfg.to_dict(), "meta": meta or {}, "tensors": st_path.name, "sha256": _digest(st_path),
+           "bytes": st_path.stat().st_size}
     out = atomic_write_json(stem.with_suffix(".json"), doc)
     for p in old:
         p.unlink(missing_ok=True)
@@ -123,14 +125,9 @@ def load_checkpoint(stem: str | os.PathLike, cfg: ProtocolConfig | None = None,
 
 def read_tensors(stem: str | os.PathLike, doc: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The tensors of the file ``doc["tensors"]`` names beside ``stem`` (default ``stem.safetensors``),
-    checked against the digest the JSON ``doc`` holds. ValueError when the file is missing or does
-    not match (a partial write)."""
-    st_path = Path(stem).parent / str(doc.get("tensors") or Path(stem).with_suffix(".safetensors").name)
-    if not st_path.exists():
-        raise ValueError(f"checkpoint: tensor file {st_path} is missing")
-    if doc.get("sha256") and _digest(st_path) != doc["sha256"]:
-        raise ValueError(f"checkpoint: {st_path} does not match the digest in its JSON (partial write?)")
-    return load_file(str(st_path))
+    checked against the size and digest the JSON ``doc`` holds before it is read. ValueError when the
+    file is missing or does not match (a partial write, damage, another file)."""
+    return load_file(str(checked_tensor_file(stem, doc)))
 
 
 def rng_state(rng: np.random.Generator) -> dict[str, Any]:
