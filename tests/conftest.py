@@ -26,3 +26,42 @@ def _has_gpu() -> bool:
 # Without a GPU, Triton kernels run on the CPU interpreter (must be set before triton is imported).
 if not _has_gpu():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+# ---- fine-tuning bases -------------------------------------------------------------------------
+import pytest  # noqa: E402
+
+TINY_LLAMA = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True)
+"""The tiny base of the fast fine-tuning tests: a random 2-layer Llama (grouped-query attention, so
+that Q and K are permuted with different head counts), ~3.2 M parameters, nearly all in the embedding."""
+
+
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory) -> str:
+    """A transformers folder of a random tiny Llama with the REAL tokenizer of the shipped SmolLM2
+    (vocabulary, merges, chat template), usable as ``SFTConfig.base``; its GGUF twin is made here."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from metacog_fast.finetune.base import hf_base_gguf, load_tokenizer
+
+    folder = tmp_path_factory.mktemp("tiny_base") / "tiny-llama"
+    tok = load_tokenizer("smollm2")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id, **TINY_LLAMA)
+    LlamaForCausalLM(cfg).save_pretrained(str(folder))
+    tok.save_pretrained(str(folder))
+    hf_base_gguf(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module", params=["tiny", pytest.param("smollm2", marks=pytest.mark.slow)])
+def finetune_base(request) -> str:
+    """The base of a training test: the tiny Llama (seconds), and the shipped SmolLM2-135M under
+    ``-m slow`` (minutes per run on a 2-core CPU), with the same assertions."""
+    return request.getfixturevalue("tiny_base") if request.param == "tiny" else "smollm2"
+

@@ -1,6 +1,9 @@
 """Pre-deployment fine-tuning: datasets in the agents' own transcript form, a tiny SFT run that
 lowers the loss, survives a kill and exports to GGUF that llama.cpp loads and generates from, and
-the clear errors for missing data, damaged checkpoints and unknown model names."""
+the clear errors for missing data, damaged checkpoints and unknown model names.
+
+The training tests run on ``finetune_base`` (tests/conftest.py): a random 2-layer Llama with the
+real SmolLM2 tokenizer, and, under ``-m slow``, the shipped SmolLM2-135M itself."""
 from __future__ import annotations
 
 import json
@@ -26,6 +29,13 @@ pytest.importorskip("trl")
 from metacog_fast.alfworld.finetune.sft import SFTConfig, build_rows, check_checkpoint, select_examples, token_labels, train_sft  # noqa: E402
 
 TINY = dict(batch_size=2, micro_batch_size=2, save_steps=2, epochs=2.0, learning_rate=2e-3, max_examples=6)
+
+
+def _layers(base: str) -> int:
+    """Transformer blocks of a fine-tuning base."""
+    if base == "smollm2":
+        return 30
+    return json.loads((Path(base) / "config.json").read_text())["num_hidden_layers"]
 
 
 @pytest.fixture(scope="module")
@@ -157,10 +167,11 @@ train_sft(sys.argv[1], sys.argv[2], SFTConfig(**{tiny}), max_steps=6)
 
 
 @pytest.fixture(scope="module")
-def trained(dataset, tmp_path_factory):
+def trained(dataset, finetune_base, tmp_path_factory):
     """A tiny LoRA run killed (SIGKILL) after its first checkpoint, then resumed to the end."""
     run = tmp_path_factory.mktemp("ft") / "sft"
-    code = _TRAIN.format(tiny=repr(TINY))
+    tiny = {**TINY, "base": finetune_base}
+    code = _TRAIN.format(tiny=repr(tiny))
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     proc = subprocess.Popen([sys.executable, "-c", code, str(dataset[0]), str(run)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -173,12 +184,12 @@ def trained(dataset, tmp_path_factory):
         proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert (ck / "trainer_state.json").exists(), "the first run wrote no checkpoint"
-    facts = train_sft(dataset[0], run, SFTConfig(**TINY), max_steps=6)
-    return run, facts, killed, dataset[0]
+    facts = train_sft(dataset[0], run, SFTConfig(**tiny), max_steps=6)
+    return run, facts, killed, dataset[0], tiny
 
 
 def test_training_resumes_after_a_kill_and_lowers_the_loss(trained):
-    run, facts, killed, data = trained
+    run, facts, killed, data, tiny = trained
     assert killed, "the first run finished before it could be killed"
     assert facts["resumed_from"] and Path(facts["resumed_from"]).name.startswith("checkpoint-")
     assert facts["steps"] == 6 and (run / "final" / "adapter_model.safetensors").is_file()
@@ -187,9 +198,9 @@ def test_training_resumes_after_a_kill_and_lowers_the_loss(trained):
     assert losses[-1] < losses[0]
     assert any(r.get("tokens_per_second") for r in log)
     # the finished run is returned as is, and another configuration is refused
-    assert train_sft(data, run, SFTConfig(**TINY), max_steps=6)["steps"] == 6
+    assert train_sft(data, run, SFTConfig(**tiny), max_steps=6)["steps"] == 6
     with pytest.raises(ValueError, match="another configuration"):
-        train_sft(data, run, SFTConfig(**{**TINY, "lora_r": 8}), max_steps=6)
+        train_sft(data, run, SFTConfig(**{**tiny, "lora_r": 8}), max_steps=6)
 
 
 def test_damaged_checkpoint_is_a_clear_error(trained, tmp_path):
@@ -270,7 +281,7 @@ def test_adapter_merged_on_first_use_matches_the_merged_export(trained, tmp_path
             changed += int(".attn_" in name or ".ffn_" in name)
         else:
             np.testing.assert_array_equal(a, b)
-    assert changed == 30 * 7
+    assert changed == _layers(trained[4]["base"]) * 7
     # a damaged adapter is refused with its name, not merged into garbage
     bad = tmp_path / "a" / "adapter.gguf"
     bad.write_bytes(bad.read_bytes()[:-4096] + bytes(4096))
@@ -290,13 +301,13 @@ def test_an_exported_adapter_reads_back_and_continues_training(trained, tmp_path
 
     from metacog_fast.finetune.export import ExportConfig, export_gguf, read_adapter
 
-    run, _facts, _killed, data = trained
+    run, _facts, _killed, data, tiny = trained
     monkeypatch.setenv("METACOG_MODELS_HOME", str(tmp_path / "models"))
     export_gguf(run, tmp_path / "a", ExportConfig(format="adapter", name="tiny-continue"))
     pairs, alpha, r = read_adapter(str(tmp_path / "a"))
     assert (r, alpha) == (SFTConfig().lora_r, float(SFTConfig().lora_alpha))
     want = load_file(str(run / "final" / "adapter_model.safetensors"))
-    assert len(pairs) * 2 == len(want) == 30 * 7 * 2
+    assert len(pairs) * 2 == len(want) == _layers(tiny["base"]) * 7 * 2
     for key, value in want.items():
         module, half = key.removeprefix("base_model.model.").rsplit(".lora_", 1)
         got = pairs[module][0 if half.startswith("A") else 1]
@@ -306,10 +317,10 @@ def test_an_exported_adapter_reads_back_and_continues_training(trained, tmp_path
     first = lambda folder: next(json.loads(x)["loss"] for x in (folder / "train_log.jsonl").read_text().splitlines()
                                 if "loss" in json.loads(x))
     cont = tmp_path / "cont"
-    train_sft(data, cont, SFTConfig(**TINY, init_adapter=str(tmp_path / "a")), max_steps=1)
+    train_sft(data, cont, SFTConfig(**tiny, init_adapter=str(tmp_path / "a")), max_steps=1)
     assert first(cont) < first(run)
     with pytest.raises(ValueError, match="init_adapter: .* has r 16"):
-        train_sft(data, tmp_path / "r8", SFTConfig(**{**TINY, "lora_r": 8}, init_adapter=str(tmp_path / "a")),
+        train_sft(data, tmp_path / "r8", SFTConfig(**{**tiny, "lora_r": 8}, init_adapter=str(tmp_path / "a")),
                   max_steps=1)
     with pytest.raises(ValueError, match="init_adapter: only a LoRA run"):
         SFTConfig(method="full", init_adapter="finetuned:tiny-continue").validate()

@@ -1,8 +1,10 @@
 """The reflector's pre-deployment: reflection outcomes collected in the real ALFWorld with the
 embedded LLM (resumable, same prompt for every sampled reflection), preference pairs from them, and
-a tiny DPO run that raises the chosen reflections' margin and exports to a GGUF adapter."""
+a tiny DPO run that raises the chosen reflections' margin and exports to a GGUF adapter (on the
+tiny Llama of ``finetune_base``, and on the shipped SmolLM2 under ``-m slow``)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -63,7 +65,7 @@ def test_pairs_and_quality_from_records():
         ReflectionDataConfig(split="valid_train").validate()
 
 
-def test_tiny_dpo_run_learns_the_preference_and_exports(collected, tmp_path, monkeypatch):
+def test_tiny_dpo_run_learns_the_preference_and_exports(collected, finetune_base, tmp_path, monkeypatch):
     from metacog_fast.alfworld.finetune.dpo import DPOTrainConfig, load_pairs, train_dpo
     from metacog_fast.finetune.export import ExportConfig, export_gguf
     from metacog_fast.llm import open_llm
@@ -87,8 +89,9 @@ def test_tiny_dpo_run_learns_the_preference_and_exports(collected, tmp_path, mon
             json.dumps({"game": f"g{i}", "task_type": "t", "messages": rec["messages"], "chosen": good, "rejected": bad}) + "\n"
             for i in games))
     run = tmp_path / "run"
-    facts = train_dpo([pairs_dir, second], run, DPOTrainConfig(batch_size=2, micro_batch_size=2, epochs=3.0, learning_rate=5e-4,
-                                                     save_steps=100), max_steps=6)
+    fast = DPOTrainConfig(base=finetune_base, batch_size=2, micro_batch_size=2, epochs=3.0, learning_rate=5e-4,
+                          save_steps=100)
+    facts = train_dpo([pairs_dir, second], run, fast, max_steps=6)
     log = [json.loads(x) for x in (run / "train_log.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in log if "loss" in r]
     margins = [r["rewards/margins"] for r in log if "rewards/margins" in r]
@@ -97,8 +100,7 @@ def test_tiny_dpo_run_learns_the_preference_and_exports(collected, tmp_path, mon
     assert losses[-1] < losses[0] and margins[-1] > margins[0]
     # the speed-only options (trl's defaults: activations recomputed, the reference run every step)
     # train the same run, and a finished or interrupted run resumes whatever they are
-    slow = DPOTrainConfig(batch_size=2, micro_batch_size=2, epochs=3.0, learning_rate=5e-4, save_steps=100,
-                          gradient_checkpointing=True, precompute_ref=False)
+    slow = dataclasses.replace(fast, gradient_checkpointing=True, precompute_ref=False)
     train_dpo([pairs_dir, second], tmp_path / "run_slow", slow, max_steps=6)
     slow_log = [json.loads(x) for x in (tmp_path / "run_slow" / "train_log.jsonl").read_text().splitlines()]
     slow_losses = [r["loss"] for r in slow_log if "loss" in r]

@@ -1,7 +1,8 @@
 """ScienceWorld Swift fine-tuning: the gold-path dataset holds, character for character, the prompt
 the LLM Swift scores at decision time (and the tokens it scores), a build resumes, no dev or test
-variation can be a source, the CLI flags, the dev agreement measurement; slow: a tiny SFT run on
-the dataset whose export opens as ``finetuned:NAME`` and acts as the LLM Swift."""
+variation can be a source, the CLI flags, the dev agreement measurement, and a tiny SFT run on the
+dataset whose export opens as ``finetuned:NAME`` and acts as the LLM Swift (on the tiny Llama of
+``finetune_base``; on the shipped SmolLM2 under ``-m slow``)."""
 from __future__ import annotations
 
 import json
@@ -261,15 +262,14 @@ def test_build_resumes_after_kill(tmp_path) -> None:
     assert fresh["dataset_sha256"] == m["dataset_sha256"]
 
 
-@pytest.mark.slow
-def test_tiny_sft_exports_a_swift_that_opens_by_name(tmp_path, dataset, monkeypatch) -> None:
+def test_tiny_sft_exports_a_swift_that_opens_by_name(tmp_path, dataset, finetune_base, monkeypatch) -> None:
     pytest.importorskip("trl")
     from metacog_fast.finetune.export import ExportConfig, export_gguf
     from metacog_fast.alfworld.finetune.sft import SFTConfig, train_sft
     from metacog_fast.llm import open_llm
 
     out, _ = dataset
-    cfg = SFTConfig(sources=("scienceworld_gold",), epochs=3.0, batch_size=4, micro_batch_size=4, learning_rate=2e-3,
+    cfg = SFTConfig(base=finetune_base, sources=("scienceworld_gold",), epochs=3.0, batch_size=4, micro_batch_size=4, learning_rate=2e-3,
                     save_steps=2, threads=1)
     facts = train_sft(out, tmp_path / "sft", cfg)
     log = [json.loads(x) for x in (tmp_path / "sft" / "train_log.jsonl").read_text().splitlines()]

@@ -263,7 +263,7 @@ def export_gguf(run_dir: str | Path, out_dir: str | Path, cfg: ExportConfig) -> 
     """Export the training run in ``run_dir`` to ``out_dir`` (model.json + GGUF); returns model.json."""
     from gguf import GGUFReader
 
-    from metacog_fast.finetune.base import base_gguf
+    from metacog_fast.finetune.base import base_gguf, is_hf_folder
 
     cfg.validate()
     run = Path(run_dir)
@@ -304,7 +304,8 @@ def export_gguf(run_dir: str | Path, out_dir: str | Path, cfg: ExportConfig) -> 
     facts_path = run / "facts.json"
     model = {
         "format": cfg.format, "file": file.name, "sha256": sha256_file(file), "bytes": file.stat().st_size,
-        "base": sft["base"] if cfg.format == "adapter" else None,
+        # a transformers-folder base is served through its GGUF twin, which llama.cpp reads
+        "base": (base_path if is_hf_folder(sft["base"]) else sft["base"]) if cfg.format == "adapter" else None,
         "base_sha256": sha256_file(Path(base_path)) if cfg.format == "adapter" else None,
         "merged_type": cfg.merged_type if cfg.format == "merged" else None,
         "prompt": {"examples": sft["examples"]},

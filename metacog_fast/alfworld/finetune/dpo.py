@@ -1,5 +1,5 @@
 """DPO of the reflection LLM on the pairs of :mod:`metacog_fast.alfworld.finetune.reflections` (trl's
-``DPOTrainer``, LoRA over the shipped SmolLM2; the frozen base is the reference model, so no
+``DPOTrainer``, LoRA over the shipped SmolLM2 or another base, ``DPOTrainConfig.base``; the frozen base is the reference model, so no
 second copy is held).
 
 The prompt is the reflection conversation rendered with the model's chat template, exactly as
@@ -32,7 +32,8 @@ class DPOTrainConfig:
     """One DPO run of the reflector."""
 
     base: str = "smollm2"
-    """Base model: "smollm2" (the shipped GGUF) or a path to a GGUF file."""
+    """Base model: "smollm2" (the shipped GGUF), a path to a GGUF file of a Llama model, or a
+    transformers Llama folder with SmolLM2's tokenizer (as ``SFTConfig.base``)."""
     beta: float = 0.1
     """DPO temperature: how far the policy may move from the reference."""
     epochs: float = 2.0
@@ -124,10 +125,11 @@ def train_dpo(pairs_dir: str | Path | list[str | Path], out_dir: str | Path, cfg
     from transformers.trainer_utils import get_last_checkpoint
     from trl import DPOConfig, DPOTrainer
 
-    from metacog_fast.finetune.base import load_model, load_tokenizer
+    from metacog_fast.finetune.base import base_gguf, load_model, load_tokenizer
     from metacog_fast.alfworld.finetune.sft import _trainer_class, check_checkpoint
 
     cfg.validate()
+    base_gguf(cfg.base)  # an unknown base, or a folder that cannot be exported, fails before any work
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dirs = [pairs_dir] if isinstance(pairs_dir, (str, Path)) else list(pairs_dir)

