@@ -86,7 +86,10 @@ class MemoryConfig:
     unit: float = UNIT_SECONDS
     """Recency unit in seconds of simulation time (docs/design.md: 1 hour = 3600 s)."""
     verify_checksum: bool = True
-    """On open, check the index file's CRC32 against the sidecar (slower reopen, catches corruption)."""
+    """On open, check the index file's sha256 against the sidecar (reads the whole file; catches any
+    damage). False still checks the parameters, the size and hnswlib's structure (neighbour ids and
+    levels in range, labels = the database's records) before hnswlib reads the file, so a damaged
+    index never crashes; it misses damage inside the vectors only (docs/memory.md)."""
     num_threads: int = 0
     """hnswlib threads for adds and batched queries (0 = all cores)."""
     backend: str = "auto"
