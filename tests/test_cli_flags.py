@@ -199,7 +199,13 @@ def _words(view_cls: type, obj: Any) -> list[str]:
     return pos + out
 
 
-def test_a_parsed_command_line_round_trips_to_its_configs():
+def test_a_parsed_command_line_round_trips_to_its_configs(tmp_path, monkeypatch):
+    # the paths the flags name exist (they are checked before a command runs): a data folder with
+    # the split's folder, a memory file
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d" / "json_2.1.1" / "valid_train").mkdir(parents=True)
+    (tmp_path / "d" / "json_2.1.1" / "valid_seen").mkdir(parents=True)
+    (tmp_path / "m.json").write_text("{}")
     from metacog_fast.alfworld.config import AgentConfig as AWAgent, PretrainConfig, RunConfig as AWRun
     from metacog_fast.experience.config import ExperienceConfig
     from metacog_fast.experience.protocols import ProtocolConfig
@@ -220,7 +226,7 @@ def test_a_parsed_command_line_round_trips_to_its_configs():
                                                     progress=False)},
         "pretrain alfworld": {"pretrain": PretrainConfig(tasks=2, episodes=1, expert_positives=False, epochs=4,
                                                          train_only=True),
-                              "run": AWRun(agent="reflexion", llm="x", n_threads=2, n_ctx=2048, workers=2,
+                              "run": AWRun(agent="reflexion", llm="http://x/v1", n_threads=2, n_ctx=2048, workers=2,
                                            agent_config=AWAgent(examples=0)),
                               "executor": ExecutorConfig(executor="process")},
         "run scienceworld": {"run": SWRun(configs=["srm", "full"], tasks=[0, 3, 5], budget_factor=0.0, swift="llm-ranker",

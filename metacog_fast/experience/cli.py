@@ -37,8 +37,6 @@ SPLITS = {"alfworld": ("train", "valid_seen", "valid_train", "valid_unseen"), "s
 
 def check_protocol(cfg: Any) -> None:
     """The run's values on their own, before any environment or model opens."""
-    if cfg.split not in SPLITS[cfg.env]:  # --split is the command's flag (its default depends on env)
-        raise ConfigError(f"--split: {cfg.env} has the splits {', '.join(SPLITS[cfg.env])}, got {cfg.split!r}")
     if isinstance(cfg.iterations, bool) or not isinstance(cfg.iterations, int) or cfg.iterations < 1:
         raise ValueError(f"iterations: expected an int >= 1, got {cfg.iterations!r}")
 
@@ -105,7 +103,10 @@ def learn_configs(a: argparse.Namespace):
         games = parse_games(",".join(cmd.run.games), cmd.run.env)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    cfg = build(cmd.run, split=cmd.split or DEFAULT_SPLITS[cmd.run.env], games=games)
+    split = cmd.split or DEFAULT_SPLITS[cmd.run.env]
+    if split not in SPLITS[cmd.run.env]:  # --split is the command's flag (its default depends on env)
+        raise ConfigError(f"--split: {cmd.run.env} has the splits {', '.join(SPLITS[cmd.run.env])}, got {split!r}")
+    cfg = build(cmd.run, split=split, games=games)
     return cfg, build(cmd.experience), build(cmd.executor), cmd.protocol
 
 
