@@ -202,5 +202,5 @@ def test_leftover_temp_files_removed(tmp_path):
         open(p, "wb").write(b"half a save")
     with MemoryStore.open(path, dim=D) as s:
         assert s.open_report["index"] == "loaded" and len(s) == 50
-    assert sorted(os.listdir(tmp_path)) == ["m.db", "m.db-shm", "m.db-wal", "m.db.hnsw", "m.db.hnsw.json"] or \
+    assert sorted(os.listdir(tmp_path)) == ["m.db", "m.db-shm", "m.db-wal", "m.db.hnsw", "m.db.hnsw.json", "m.db.lock"] or \
         not any(".tmp-" in f for f in os.listdir(tmp_path))

@@ -25,7 +25,7 @@ class StoreLockedError(RuntimeError):
         self.path = path
         self.lock_path = lock_path
         self.holder = holder or {}
-        super().__init__(f"{path}: the memory store is open elsewhere, {describe(self.holder)}; "
+        super().__init__(f"{path}: the memory store is already open, {describe(self.holder)}; "
                          f"a store has one writer at a time (lock file {lock_path}). Close the other "
                          f"store first (a process that exits or is killed releases the lock), or give "
                          f"this process its own store path; to read the records meanwhile, let the "
@@ -56,7 +56,12 @@ class StoreLock:
 
     def acquire(self) -> "StoreLock":
         """Take the lock without waiting; raises :class:`StoreLockedError` naming the holder."""
-        f = open(self.lock_path, "a+", encoding="utf-8")
+        try:
+            f = open(self.lock_path, "a+", encoding="utf-8")
+        except FileNotFoundError:
+            folder = os.path.dirname(os.path.abspath(self.path))
+            raise FileNotFoundError(f"{self.path}: folder {folder} does not exist (a memory store's files "
+                                    f"are created in an existing folder)") from None
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
