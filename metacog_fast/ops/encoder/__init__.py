@@ -5,8 +5,8 @@ from metacog_fast.ops.encoder.api import (
     dequantize_gelu_quantize,
     dequantize_rows,
     quantize_rows,
+    quantize_weight,
 )
-from metacog_fast.ops.encoder.naive import quantize_weight
 
 __all__ = [
     "attention", "dequantize_add_layernorm", "dequantize_gelu_quantize", "dequantize_rows", "quantize_rows",

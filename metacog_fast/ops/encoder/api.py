@@ -20,9 +20,12 @@ resolves its backend once and calls every step that way: its tensors come from i
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from metacog_fast.ops._dispatch import DispatchTable
+from metacog_fast.ops.encoder import naive
 
 TABLE = DispatchTable("encoder", {"cpu": "metacog_fast.ops.encoder.cpu", "torch": "metacog_fast.ops.encoder.naive"})
 
@@ -50,6 +53,21 @@ def _check_dequant(acc, scale, zero, w_scale, w_colsum, bias) -> tuple[torch.Ten
     return (acc, _check(scale, "scale", torch.float32, (M,), True), _check(zero, "zero", torch.float32, (M,), True),
             _check(w_scale, "w_scale", torch.float32, (N,), True), _check(w_colsum, "w_colsum", torch.float32, (N,), True),
             _check(bias, "bias", torch.float32, (N,), True))
+
+
+def quantize_weight(w: torch.Tensor, *, check: bool = True) -> Quantized:
+    """W [N, K] (a floating tensor) -> (Wq^T int8 [K, N], w_scale [N], w_colsum [N]): per output row,
+    symmetric (see :func:`metacog_fast.ops.encoder.naive.quantize_weight`)."""
+    if check:
+        if not isinstance(w, torch.Tensor):
+            raise TypeError(f"w: expected a torch.Tensor, got {type(w).__name__}")
+        if not w.is_floating_point():
+            raise TypeError(f"w: expected a floating dtype, got {w.dtype}")
+        if w.dim() != 2:
+            raise ValueError(f"w: expected shape [N, K], got {list(w.shape)}")
+        if not bool(torch.isfinite(w).all()):
+            raise ValueError("w: contains NaN or infinite values")
+    return naive.quantize_weight(w)
 
 
 def quantize_rows(x: torch.Tensor, backend: str = "auto", *, check: bool = True) -> Quantized:
@@ -108,7 +126,11 @@ def attention(qkv: torch.Tensor, lengths: torch.Tensor, heads: int, backend: str
     if check:
         qkv = _check(qkv, "qkv", torch.float32, (-1, -1, -1), True)
         B, T, C = qkv.shape
-        if int(heads) < 1 or C % (3 * int(heads)):
+        try:
+            heads = operator.index(heads)  # an int or a numpy integer, not 2.0 or "2"
+        except TypeError:
+            raise TypeError(f"heads: expected an int, got {type(heads).__name__}") from None
+        if heads < 1 or C % (3 * heads):
             raise ValueError(f"heads: qkv's last axis ({C}) must be 3 * heads * head_dim, got heads={heads}")
         lengths = _check(lengths, "lengths", torch.int64, (B,))
         if B and (int(lengths.min()) < 1 or int(lengths.max()) > T):

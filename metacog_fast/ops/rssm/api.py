@@ -28,6 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from metacog_fast._backend import BackendUnavailable, core
+from metacog_fast.ops._alloc import check_alloc
 from metacog_fast.ops._dispatch import DispatchTable
 from metacog_fast.ops.rssm.sizes import DEFAULT_CLASSES, RssmSizes, infer_sizes, weight_names
 from metacog_fast.ops.rssm.weights import PRESETS, init_rssm_weights
@@ -382,6 +383,7 @@ def rssm_imagine(
     h_ = c.arg(h0, "h0", (None, sz.D), "B, D")
     B = h_.shape[0]
     z_ = c.arg(z0, "z0", (B, sz.Z), "B, Z")
+    check_alloc("H, B", 4 * int(H) * B * (2 * sz.A + sz.S + sz.D + sz.Z), "the noise and the imagined states")
     rng = _rng(seed) if eps is None or u is None else None
     eps_ = c.arg(_noise(rng, "eps", (H, B, sz.A)) if eps is None else eps, "eps", (H, B, sz.A), "H, B, A")
     u_ = c.uniforms(u, (H, B, sz.S), "H, B, S", rng)
@@ -446,6 +448,7 @@ def self_regulate(
     sz = c.sizes
     h_ = c.arg(h_t, "h_t", (None, sz.D), "B, D")
     B = h_.shape[0]
+    check_alloc("H, B", 4 * (int(H) + 1) * B * (sz.A + sz.N), "the noise and the trace")
     rng = _rng(seed) if eps is None or (z_t is None and u is None) else None
     eps_ = c.arg(_noise(rng, "eps", (H + 1, B, sz.A)) if eps is None else eps, "eps", (H + 1, B, sz.A), "H+1, B, A")
     z_ = None if z_t is None else c.arg(z_t, "z_t", (B, sz.Z), "B, Z")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from metacog_fast.ops._alloc import check_alloc
+
 PRESETS: dict[str, dict[str, int]] = {"XS": {"D": 256, "Hd": 256}, "S": {"D": 512, "Hd": 512}}
 """docs/design.md presets (both with S=32 groups x C=32 classes)."""
 META_WORLD_ACTION = 4
@@ -46,10 +48,19 @@ def init_rssm_weights(
         if not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name}: expected a positive int, got {v!r}")
     Z = S * C
+    layers: list[tuple[str, int, int, bool, bool]] = [  # (name, out, in, bias, layer norm)
+        ("img_in", Hd, Z + A, True, True), ("gru", 3 * D, Hd + D, False, True), ("img_out", Hd, D, True, True),
+        ("img_logits", Z, Hd, True, False), ("obs_out", Hd, D + E, True, True), ("obs_logits", Z, Hd, True, False)]
+    for prefix, n_out in (("actor", 2 * A), ("sa", N)):
+        for i, name in enumerate(_layer_names(prefix, L)):
+            layers.append((name, Hd, D + Z if i == 0 else Hd, True, True))
+        layers.append((f"{prefix}.out", n_out, Hd, True, False))
+    # float32 weights, plus the float64 draw of the largest matrix
+    check_alloc("D, Hd, S, C, A, E, L, N", 4 * sum(o * i + 3 * o for _, o, i, _, _ in layers)
+                + 8 * max(o * i for _, o, i, _, _ in layers), "the weights")
     rng = np.random.default_rng(seed)
     w: dict[str, np.ndarray] = {}
-
-    def dense(name: str, out: int, inp: int, bias: bool = True, ln: bool = True) -> None:
+    for name, out, inp, bias, ln in layers:
         lim = np.sqrt(6.0 / (inp + out))
         w[f"{name}.w"] = rng.uniform(-lim, lim, size=(out, inp)).astype(np.float32)
         if bias:
@@ -57,15 +68,4 @@ def init_rssm_weights(
         if ln:
             w[f"{name}.ln.g"] = np.ones(out, np.float32)
             w[f"{name}.ln.b"] = np.zeros(out, np.float32)
-
-    dense("img_in", Hd, Z + A)
-    dense("gru", 3 * D, Hd + D, bias=False)
-    dense("img_out", Hd, D)
-    dense("img_logits", Z, Hd, ln=False)
-    dense("obs_out", Hd, D + E)
-    dense("obs_logits", Z, Hd, ln=False)
-    for prefix, n_out in (("actor", 2 * A), ("sa", N)):
-        for i, name in enumerate(_layer_names(prefix, L)):
-            dense(name, Hd, D + Z if i == 0 else Hd)
-        dense(f"{prefix}.out", n_out, Hd, ln=False)
     return w

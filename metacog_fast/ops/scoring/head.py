@@ -12,6 +12,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
+from metacog_fast.ops._alloc import check_alloc
+
 ArrayLike = Any  # torch.Tensor | np.ndarray
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -27,6 +29,8 @@ def init_scoring_head(in_dim: int = 768, hidden: Sequence[int] = (256, 64), seed
         raise ValueError(f"in_dim: expected a positive size, got {in_dim}")
     if any(int(h) < 1 for h in hidden):
         raise ValueError(f"hidden: expected positive layer sizes, got {tuple(hidden)}")
+    sizes = [int(in_dim), *(int(h) for h in hidden), 1]
+    check_alloc("in_dim, hidden", 4 * sum(a * b + b for a, b in zip(sizes, sizes[1:])), "the head's weights")
     g = torch.Generator().manual_seed(int(seed))
     head: dict[str, torch.Tensor] = {}
     fan_in = int(in_dim)
