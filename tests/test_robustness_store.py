@@ -419,3 +419,32 @@ def test_k_is_clamped_to_the_record_count(small_store, exact):
     assert peak < 16 * 2 ** 20, f"{peak / 2 ** 20:.0f} MiB allocated for 26 records"
     for (gi, gs), (wi, ws) in zip(got, want):
         assert gi.tolist() == wi.tolist() and np.allclose(gs, ws)
+
+
+# ---------------------------------------------------------------- backup targets
+
+def test_backup_refuses_a_target_store_that_is_open(tmp_path):
+    src, dst = str(tmp_path / "m.db"), str(tmp_path / "copy.db")
+    _make(src, n=20)
+    _make(dst, n=5, seed=1)
+    with MemoryStore.open(dst, dim=D) as other, MemoryStore.open(src, dim=D) as s:
+        with pytest.raises(StoreLockedError, match="copy.db"):
+            s.backup(dst)
+        assert len(other) == 5 and other.get([1])[0] is not None
+    with MemoryStore.open(dst, dim=D) as other:
+        assert len(other) == 5
+
+
+def test_backup_over_an_earlier_copy_opens(tmp_path):
+    """An earlier copy that was opened and written to has an index ahead of the next copy's
+    database; the backup removes those index files, so the new copy opens (index rebuilt)."""
+    src, dst = str(tmp_path / "m.db"), str(tmp_path / "copy.db")
+    _make(src, n=20)
+    with MemoryStore.open(src, dim=D) as s:
+        s.backup(dst)
+    with MemoryStore.open(dst, dim=D) as c:
+        c.add(np.ones((30, D), np.float32), 5, 0.0, "c", "obs")
+    with MemoryStore.open(src, dim=D) as s:
+        s.backup(dst)
+    with MemoryStore.open(dst, dim=D) as c:
+        assert len(c) == 20 and c.open_report["index"].startswith("rebuilt")

@@ -22,6 +22,7 @@ Times are seconds of simulation time (floats); recency decays by ``decay`` per
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import os
@@ -329,12 +330,22 @@ class MemoryStore:
         adds running during it are either wholly in it or not. Pending ``last_access`` updates
         are written first. The index is not copied (it is derived): opening the copy with
         :meth:`open` rebuilds it. The copy is written to a temp file and renamed into place.
+        ``path`` is locked meanwhile (a store open there raises
+        :class:`~metacog_fast.memory.lockfile.StoreLockedError`), and index files left there by an
+        earlier database at ``path`` are removed first (they describe the file being replaced).
         """
         self._check_open()
         target = ck.backup_target(path, self.path)
-        with self._mutate:
-            self._flush_access()
-        return self._db.backup(target)
+        owner = StoreLock(target).acquire()
+        try:
+            for p in (target + ".hnsw", target + ".hnsw.json"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(p)
+            with self._mutate:
+                self._flush_access()
+            return self._db.backup(target)
+        finally:
+            owner.release()
 
     def close(self) -> None:
         """Flush, close and release the store's lock; the store cannot be used afterwards.
