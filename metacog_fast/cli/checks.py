@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 
 def llm_uri(value: str | None) -> None:
@@ -56,17 +56,3 @@ def existing_file(value: str | os.PathLike[str] | None) -> None:
     if value is not None and not Path(value).is_file():
         what = "is a folder" if Path(value).is_dir() else "does not exist"
         raise ValueError(f"expected an existing file, got {str(value)!r} (it {what})")
-
-
-def existing_path(value: str | os.PathLike[str] | None) -> None:
-    """None, or a file or folder that exists."""
-    if value is not None and not Path(value).exists():
-        raise ValueError(f"expected an existing file or folder, got {str(value)!r} (it does not exist)")
-
-
-def each(fn: Callable[[Any], None]) -> Callable[[Any], None]:
-    """``fn`` applied to every item of a list value (None: nothing to check)."""
-    def check(values: Any) -> None:
-        for v in values or ():
-            fn(v)
-    return check
