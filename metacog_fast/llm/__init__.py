@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from metacog_fast.llm.budget import Budget, BudgetExhausted, Usage
 from metacog_fast.llm.factory import open_llm
-from metacog_fast.llm.http_client import LLMConnectionError, LLMHTTPError
+from metacog_fast.llm.http_client import LLMConnectionError, LLMHTTPError, LLMTimeoutError
 from metacog_fast.llm.protocol import LLM
 from metacog_fast.llm.types import CallRecord, Choice, Completion, Message
 from metacog_fast.llm.uri import DEFAULT_URI, ENV_VAR, SCHEMES
@@ -27,6 +27,7 @@ __all__ = [
     "BudgetExhausted",
     "Usage",
     "LLMConnectionError",
+    "LLMTimeoutError",
     "LLMHTTPError",
     "DEFAULT_URI",
     "ENV_VAR",
