@@ -58,6 +58,25 @@ class ProtocolConfig:
     out: str = "results/experience/run"
     """Run folder."""
 
+    def validate(self) -> "ProtocolConfig":
+        """Raises ValueError naming the first bad field (before any model, env or run folder opens)."""
+        if self.env not in ("alfworld", "scienceworld"):
+            raise ValueError(f"env: expected 'alfworld' or 'scienceworld', got {self.env!r}")
+        for name in ("iterations", "n_threads"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {v!r}")
+        if not self.games:
+            raise ValueError("games: expected at least one game")
+        for g in self.games:
+            if self.env == "alfworld" and not str(g).isdigit():
+                raise ValueError(f"games: ALFWorld games are integer indices, got {g!r}")
+            if self.env == "scienceworld" and not str(g).partition(":")[2].isdigit():
+                raise ValueError(f"games: ScienceWorld games are 'task:variation', got {g!r}")
+        if self.embedder not in ("hashing", "minilm"):
+            raise ValueError(f"embedder: expected 'hashing' or 'minilm', got {self.embedder!r}")
+        return self
+
 
 def open_env(cfg: ProtocolConfig, game: str, env_steps: int = 100) -> tuple[Any, dict[str, Any]]:
     """An env adapter for one game and the reset options that select it; ``env_steps``: the
@@ -202,6 +221,7 @@ def continuous_learning(cfg: ProtocolConfig, exp: ExperienceConfig | None = None
     """Baseline once (no memory), then ``iterations`` passes over the games with memory carried forward.
     ``llm``: an LLM object (runs in this process); else ``cfg.llm_uri`` is opened by each task.
     ``executor``: where the tasks run (the baseline episodes are independent tasks)."""
+    cfg.validate()
     baseline = [("baseline", 0, g) for g in cfg.games] if cfg.baseline else []
     group = [("memory", it, g) for it in range(1, cfg.iterations + 1) for g in cfg.games]
     return _run(cfg, exp, llm, log, executor, baseline, group, "memory", learn=True)
@@ -212,8 +232,9 @@ def transfer(cfg: ProtocolConfig, exp: ExperienceConfig | None = None, llm: LLM 
     """Frozen memory (``cfg.memory_in``) used zero-shot on ``cfg.games`` (disjoint from where it was learnt),
     against the no-memory baseline on the same games. Also the cross-model protocol when ``cfg.llm_uri``
     names another backend than the one that wrote the memory (see each entry's provenance.model)."""
+    cfg.validate()
     if not cfg.memory_in:
-        raise ValueError("transfer needs memory_in: an exported memory JSON")
+        raise ValueError("memory_in: transfer needs an exported memory JSON")
     baseline = [("baseline", 0, g) for g in cfg.games] if cfg.baseline else []
     group = [("frozen", 1, g) for g in cfg.games]
     return _run(cfg, exp, llm, log, executor, baseline, group, "frozen", learn=False)

@@ -56,6 +56,18 @@ class RunOptions:
     judge: bool = True
     """Run interviews and the LLM judge after the simulation."""
 
+    def validate(self) -> "RunOptions":
+        """Raises ValueError naming the first field out of range (before any model or file opens)."""
+        for name in ("agents", "steps", "max_llm_calls"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name}: expected an int >= 1 or None, got {v!r}")
+        if self.step_budget is not None and not self.step_budget > 0:
+            raise ValueError(f"step_budget: expected seconds > 0 or None, got {self.step_budget!r}")
+        if not isinstance(self.scenario, str) or not self.scenario:
+            raise ValueError(f"scenario: expected a built-in name or a .json path, got {self.scenario!r}")
+        return self
+
 
 @dataclass
 class AblationOptions:
@@ -106,6 +118,7 @@ def run_once(opts: RunOptions, features: Features, out_dir: str, llm: SimLLM, en
              judge_llm: SimLLM | None = None) -> dict[str, Any]:
     """Simulate one run and evaluate it; returns the summary (also written to ``summary.json``).
     ``judge_llm``: the judge's model (None: ``llm`` judges)."""
+    opts.validate()
     sc = load_scenario(opts.scenario, opts.world, seed=opts.seed, n_agents=opts.agents, steps=opts.steps)
     cfg = SimConfig(features=features, agent=agent_config or AgentConfig(), step_budget=opts.step_budget,
                     max_llm_calls=opts.max_llm_calls)
@@ -266,6 +279,7 @@ def ablate(opts: RunOptions, out_dir: str, llm: SimLLM | None, encoder: TextEnco
     used in this process; None: each run opens ``llm_uri`` (``n_threads``) itself, which any
     ``executor`` can run. ``judge_uri``: the judge's model (None: the agents' model judges), opened
     by each run, or ``judge_llm`` in this process; recorded in the folder's model identity."""
+    opts.validate()
     ab = (ablation or AblationOptions()).validate()
     configs, runs = tuple(ab.configs), ab.runs
     if (llm is None) != (encoder is None):
