@@ -102,6 +102,8 @@ class ModelFiles:
 def _remedy(root: Path) -> str:
     """What to do about a damaged file of the model folder ``root``."""
     where = root.resolve()
+    if where.parent.name == ".merged":
+        return f"remove the folder {root} (a cache of a merged adapter: the next load merges again)"
     if where.is_relative_to(SHIPPED_MODELS):
         return (f"it ships inside metacog_fast: restore it (`git checkout -- {where}` in a source checkout, "
                 "else pip install --force-reinstall metacog_fast)")
@@ -274,10 +276,10 @@ def merged_cache_file(adapter: Path, info: dict, base_path: str) -> Path | None:
 def _checked_merge(folder: Path, adapter_digest: str, base_digest: str) -> Path:
     """The cached merge in ``folder``, checked against its model.json; ModelFileError if it does not match."""
     meta, out = folder / "model.json", folder / MERGED_FILE
-    remedy = f"remove the folder {folder} (a cache: the next load merges again)"
+    remedy = _remedy(folder)
     if not meta.is_file():
-        raise ModelFileError(f"{out}: cached merge without its manifest {meta} (left by an older version or an "
-                             f"interrupted merge); {remedy}")
+        raise ModelFileError(f"{out}: cached merge without its manifest {meta} (left by an older version, an "
+                             f"interrupted merge, or one still being written by another process); {remedy}")
     info, file, _ = _read_model_json(folder)
     if (info.get("adapter_sha256"), info.get("base_sha256")) != (adapter_digest, base_digest) or file != out:
         raise ModelFileError(f"{meta}: describes another merge than {out}; {remedy}")
