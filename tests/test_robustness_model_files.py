@@ -154,6 +154,7 @@ def test_verification_cache_still_catches_damage_written_in_place(tmp_path, monk
     folder = tmp_path / "actor"
     shutil.copytree(ADAPTER, folder)
     adapter = folder / "adapter.gguf"
+    monkeypatch.setattr(_integrity, "RACY_SECONDS", 3600.0)  # the copy counts as just written
     resolve_model_folder(folder)
     assert not (tmp_path / "home" / ".verified").exists() or not any(
         json.loads(p.read_text())["path"] == str(adapter) for p in (tmp_path / "home" / ".verified").iterdir())
