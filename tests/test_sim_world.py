@@ -184,3 +184,19 @@ def test_viewer_screenshot_in_headless_chromium(tmp_path, encoder):
                     "--window-size=1200,800", f"file://{page}"], check=True, timeout=120, capture_output=True)
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_second_simulation_in_a_running_folder_is_refused_and_deletes_nothing(tmp_path, encoder):
+    from metacog_fast.memory import StoreLockedError
+
+    first = _sim(tmp_path, encoder)
+    first.step()
+    n = len(first.store)
+    assert n > 0
+    with pytest.raises(StoreLockedError, match="already open"):
+        _sim(tmp_path, encoder)
+    assert len(first.store) == n and os.path.getsize(tmp_path / "memory.sqlite") > 0
+    first.close()
+    second = _sim(tmp_path, encoder)  # a finished run's folder is reused from an empty memory
+    assert len(second.store) == 0
+    second.close()

@@ -34,6 +34,7 @@ from metacog_fast.town.generative import Action, AgentConfig, Decision, Features
 from metacog_fast.town.generative.memory import MemoryStream, PendingMemory, ThreadSafeEncoder
 from metacog_fast.llm import BudgetExhausted
 from metacog_fast.memory import MemoryStore, ShortTermMemory
+from metacog_fast.memory.lockfile import StoreLock
 from metacog_fast.town.llm_adapter import SimLLM, StepCancelled
 from metacog_fast.town.loader import Scenario
 from metacog_fast.town.rules import ZombieHorde, ZombieRules, flee_cell
@@ -106,9 +107,15 @@ class Simulation:
         self.rng = random.Random(scenario.seed)
         self.encoder = encoder if isinstance(encoder, ThreadSafeEncoder) else ThreadSafeEncoder(encoder)
         store_path = os.path.join(out_dir, "memory.sqlite")
-        for suffix in ("", "-wal", "-shm", ".hnsw", ".hnsw.crc"):
-            if os.path.exists(store_path + suffix):
-                os.remove(store_path + suffix)
+        # A run starts from an empty memory; take the store's lock before deleting the last run's
+        # files, so a simulation still running in this folder is refused instead of losing them.
+        lock = StoreLock(store_path).acquire()
+        try:
+            for suffix in ("", "-wal", "-shm", ".hnsw", ".hnsw.json", ".hnsw.crc"):
+                if os.path.exists(store_path + suffix):
+                    os.remove(store_path + suffix)
+        finally:
+            lock.release()
         self.store = MemoryStore.open(store_path, dim=384, synchronous="NORMAL", verify_checksum=False)
         self.memory = MemoryStream(self.store, self.encoder, ShortTermMemory(), self._rate_importance)
         self.agents = [GenerativeAgent(a.name, a.description, a.personality, a.goal, a.role, a.position,
