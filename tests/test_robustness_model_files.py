@@ -266,3 +266,22 @@ def test_acting_checkpoint_with_zeros_inside_is_refused(tmp_path):
     os.truncate(st, 100)
     with pytest.raises(ValueError, match=rf"{E(st)} does not match the digest in its JSON .*100 bytes"):
         load_acting_weights(stem)
+
+
+def test_server_refuses_a_damaged_model_folder_gguf_before_starting(tmp_path, monkeypatch):
+    """``metacog serve --gguf`` checks a model folder's GGUF against its model.json before it starts
+    llama.cpp's server (no process is started for a damaged file)."""
+    from metacog_fast.llm import serve
+
+    folder = tmp_path / "merged"
+    folder.mkdir()
+    gguf = folder / "model.gguf"
+    shutil.copyfile(default_gguf(), gguf)
+    info = {"format": "merged", "file": "model.gguf", "sha256": sha256_file(gguf), "bytes": gguf.stat().st_size}
+    (folder / "model.json").write_text(json.dumps(info))
+    os.truncate(gguf, gguf.stat().st_size - 4096)
+    started = []
+    monkeypatch.setattr(serve.subprocess, "Popen", lambda *a, **k: started.append(a))
+    with pytest.raises(serve.ServeError, match=rf"^--gguf: .*{E(gguf)}"):
+        serve.start(port=18731, gguf=str(gguf))
+    assert started == []

