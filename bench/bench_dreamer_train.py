@@ -54,6 +54,17 @@ OURS = {
 NAIVE_OPS = ("dreamer_fp32_naive_ops", "dreamer_bf16_naive_ops")
 """Ours on the readable RSSM functions of ops/rssm/naive.py instead of the fused train ops: the
 fp32 one is the training step as it was before this benchmark (what the fused ops and bf16 bought)."""
+VARIANTS = os.environ.get("METACOG_BENCH_DREAMER_VARIANTS", "")
+"""A comma-separated subset of our sides to time (empty: all). On a CPU without native bf16 (AVX2
+only) a bf16 update is emulated and takes minutes, so the whole benchmark outlasts a session:
+``METACOG_BENCH_DREAMER_VARIANTS=dreamer_fp32,dreamer_fp32_naive_ops`` times the fp32 sides."""
+if VARIANTS:
+    _keep = {v.strip() for v in VARIANTS.split(",") if v.strip()}
+    if _keep - set(OURS) - set(NAIVE_OPS):
+        raise ValueError(f"METACOG_BENCH_DREAMER_VARIANTS: unknown {sorted(_keep - set(OURS) - set(NAIVE_OPS))}, "
+                         f"expected some of {sorted(OURS) + list(NAIVE_OPS)}")
+    OURS = {k: v for k, v in OURS.items() if k in _keep}
+    NAIVE_OPS = tuple(n for n in NAIVE_OPS if n in _keep)
 
 
 @contextlib.contextmanager
@@ -115,6 +126,7 @@ def test_dreamer_update_vs_reference(benchmark, torch_threads):
     anchor = ReferenceDreamer(ReferenceConfig(obs_dim=O, action_dim=A, horizon=H))
     ours = {name: _ours(**kw) for name, kw in OURS.items()}
     ours |= {name: _ours(muse=False, precision="float32" if "fp32" in name else "bfloat16") for name in NAIVE_OPS}
+    print(f"[bench_dreamer_train] sides: anchor, {', '.join(ours)}; {ROUNDS} rounds", flush=True)
     sides: dict[str, Callable[[], tuple[float, float]]] = {"anchor": lambda: _anchor_update(anchor, anchor_data)}
     for name, m in ours.items():
         sides[name] = (lambda m=m: _our_update(m, our_batch))
@@ -129,12 +141,13 @@ def test_dreamer_update_vs_reference(benchmark, torch_threads):
             for name, fn in sides.items():
                 torch.manual_seed(1000 + r)
                 times[name].append(fn())
+                print(f"[bench_dreamer_train] round {r} {name}: {sum(times[name][-1]):.2f} s", flush=True)
 
     load_before = os.getloadavg()[0]
     benchmark.pedantic(run, rounds=1, iterations=1)
     total = {k: [wm + ac for wm, ac in v] for k, v in times.items()}
     info: dict[str, object] = {
-        "batch": B, "rows": T, "imagination_starts": B * T, "horizon": H, "rounds": ROUNDS,
+        "batch": B, "rows": T, "imagination_starts": B * T, "horizon": H, "rounds": ROUNDS, "variants": VARIANTS or "all",
         "torch_threads": torch.get_num_threads(), "loadavg_1min_before": load_before,
         "loadavg_1min_after": os.getloadavg()[0], "target_ratio": TARGET_RATIO,
         "params": {"anchor": sum(p.numel() for p in anchor.parameters())}
