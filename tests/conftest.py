@@ -38,7 +38,18 @@ that Q and K are permuted with different head counts), ~3.2 M parameters, nearly
 
 
 @pytest.fixture(scope="session")
-def tiny_base(tmp_path_factory) -> str:
+def smollm2_tokenizer():
+    """The shipped SmolLM2's tokenizer as fine-tuning loads it (``load_tokenizer("smollm2")``: transformers
+    parses the GGUF's 49 k tokens and merges, seconds), once per session. Do not modify it."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    from metacog_fast.finetune.base import load_tokenizer
+
+    return load_tokenizer("smollm2")
+
+
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory, smollm2_tokenizer) -> str:
     """A transformers folder of a random tiny Llama with the REAL tokenizer of the shipped SmolLM2
     (vocabulary, merges, chat template), usable as ``SFTConfig.base``; its GGUF twin is made here."""
     pytest.importorskip("transformers")
@@ -46,10 +57,10 @@ def tiny_base(tmp_path_factory) -> str:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from metacog_fast.finetune.base import hf_base_gguf, load_tokenizer
+    from metacog_fast.finetune.base import hf_base_gguf
 
     folder = tmp_path_factory.mktemp("tiny_base") / "tiny-llama"
-    tok = load_tokenizer("smollm2")
+    tok = smollm2_tokenizer
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                       pad_token_id=tok.pad_token_id, **TINY_LLAMA)

@@ -99,10 +99,8 @@ def test_skip_games_extends_an_earlier_dataset_with_disjoint_games():
         select_walkthrough_games("train", 3, skip_games=100_000)
 
 
-def test_token_labels_cover_exactly_the_loss_spans(dataset):
-    from metacog_fast.finetune.base import load_tokenizer
-
-    tok = load_tokenizer("smollm2")
+def test_token_labels_cover_exactly_the_loss_spans(dataset, smollm2_tokenizer):
+    tok = smollm2_tokenizer
     e = load_dataset(dataset[0])[0]
     t = actor_transcript(e["intro"], e["pairs"])
     for loss in ("actions", "actions+observations"):
@@ -115,12 +113,10 @@ def test_token_labels_cover_exactly_the_loss_spans(dataset):
     assert len(ids) == len(labels) == 20
 
 
-def test_rows_cut_at_max_length_are_counted(dataset):
+def test_rows_cut_at_max_length_are_counted(dataset, smollm2_tokenizer):
     """What max_length cuts off is counted, target tokens included, and the kept part is the head of
     the uncut row."""
-    from metacog_fast.finetune.base import load_tokenizer
-
-    tok = load_tokenizer("smollm2")
+    tok = smollm2_tokenizer
     ex = load_dataset(dataset[0])[:3]
     full_cut: dict[str, int] = {}
     full = build_rows(tok, ex, SFTConfig(max_length=4096), cut=full_cut)
@@ -340,8 +336,11 @@ def test_unknown_finetuned_name_lists_what_is_known(tmp_path, monkeypatch):
         open_llm("finetuned:broken")
 
 
+@pytest.mark.slow
 def test_permutation_matches_llama_cpp_layout():
-    """transformers un-permutes Q/K when it reads the GGUF; our export must redo it exactly."""
+    """transformers un-permutes Q/K when it reads the GGUF; our export must redo it exactly. Slow (the
+    real model); the fast suite checks the same permutation through llama.cpp's logits on the tiny base
+    (test_finetune_base.py)."""
     import numpy as np
     from gguf import GGUFReader
     from gguf.quants import dequantize

@@ -104,17 +104,17 @@ def test_prompts_are_what_llm_swift_scores(dataset, llm) -> None:
     assert checked == len(ex)
 
 
-def test_training_tokens_are_the_scored_tokens(dataset) -> None:
+def test_training_tokens_are_the_scored_tokens(dataset, smollm2_tokenizer) -> None:
     """The labelled tokens of an example are exactly the tokens llama.cpp scores for the gold
     option after the prompt, and the rest is the prompt as llama.cpp tokenises it."""
     pytest.importorskip("transformers")
     from llama_cpp import Llama
 
-    from metacog_fast.finetune.base import base_gguf, load_tokenizer
+    from metacog_fast.finetune.base import base_gguf
     from metacog_fast.alfworld.finetune.sft import decision_labels
 
     out, _ = dataset
-    tok = load_tokenizer("smollm2")
+    tok = smollm2_tokenizer
     ll = Llama(model_path=base_gguf("smollm2"), vocab_only=True, verbose=False)
     try:
         for e in load_dataset(out):
