@@ -12,7 +12,8 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 if [ "$#" -eq 0 ]; then
   set -- -m "not slow and not gpu"
 fi
-python -m pytest tests/ --timeout=900 "$@"
+# --durations: the slowest tests are named in every run's summary, so that a slow one is seen
+python -m pytest tests/ --timeout=900 --durations=15 "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "[test] pytest collected no tests: that is a failure of the suite, not a pass"

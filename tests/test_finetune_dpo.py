@@ -89,8 +89,9 @@ def test_tiny_dpo_run_learns_the_preference_and_exports(collected, finetune_base
             json.dumps({"game": f"g{i}", "task_type": "t", "messages": rec["messages"], "chosen": good, "rejected": bad}) + "\n"
             for i in games))
     run = tmp_path / "run"
+    # prompts cut from the left to their last 256 tokens (the reflection request and the attempt's end)
     fast = DPOTrainConfig(base=finetune_base, batch_size=2, micro_batch_size=2, epochs=3.0, learning_rate=5e-4,
-                          save_steps=100)
+                          save_steps=100, max_length=256)
     facts = train_dpo([pairs_dir, second], run, fast, max_steps=6)
     log = [json.loads(x) for x in (run / "train_log.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in log if "loss" in r]
