@@ -285,3 +285,16 @@ def test_server_refuses_a_damaged_model_folder_gguf_before_starting(tmp_path, mo
     with pytest.raises(serve.ServeError, match=rf"^--gguf: .*{E(gguf)}"):
         serve.start(port=18731, gguf=str(gguf))
     assert started == []
+
+
+def test_continuing_training_from_a_damaged_adapter_is_refused(tmp_path):
+    """``init_adapter`` (continue training from a model folder) reads the adapter only after its
+    model.json's size and sha256 agree."""
+    from metacog_fast.finetune.export import read_adapter
+
+    folder = tmp_path / "alfworld"
+    shutil.copytree(ADAPTER, folder)
+    assert read_adapter(str(folder))[2] > 0  # the intact copy reads back
+    _damage(folder / "adapter.gguf", "middle")
+    with pytest.raises(ValueError, match=rf"^init_adapter: {E(folder / 'adapter.gguf')}: sha256"):
+        read_adapter(str(folder))

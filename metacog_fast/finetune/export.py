@@ -201,7 +201,13 @@ def read_adapter(source: str) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]],
 
     from metacog_fast.llm.models import default_gguf
 
+    from metacog_fast.llm.models import verify_model_file
+
     path, base = adapter_file(source)
+    try:  # the model.json beside the adapter (size, sha256) before its tensors are read
+        verify_model_file(path)
+    except ValueError as exc:
+        raise ValueError(f"init_adapter: {exc}") from None
     try:
         reader = gguf.GGUFReader(str(path))
     except Exception as exc:
