@@ -95,4 +95,4 @@ def test_auto_precision_rule(monkeypatch):
     monkeypatch.setattr(E, "cpu_has_vnni", lambda: False)
     assert E.auto_cpu_precision() == "bf16"
     monkeypatch.setattr(E, "cpu_has_bf16", lambda: False)
-    assert E.auto_cpu_precision() == ("int8" if CORE is not None else "fp32")
+    assert E.auto_cpu_precision() == "fp32"  # int8 and bf16 are emulated there: many times slower
