@@ -93,12 +93,12 @@ def test_decode_only_pick_is_refused_where_the_pick_needs_the_rollouts(scorer):
     RunConfig(agent="muse-random", scorer="s", agent_config=AgentConfig(decode_only_pick=True)).validate()
 
 
-def test_decode_only_pick_flag():
+def test_decode_only_pick_flag(tmp_path):
     from metacog_fast.alfworld.cli import add_run_arguments, run_config
 
     p = argparse.ArgumentParser()
     add_run_arguments(p)
-    base = ["--agent", "muse-random", "--out", "x", "--scorer", "s"]
+    base = ["--agent", "muse-random", "--out", str(tmp_path / "x"), "--scorer", str(tmp_path)]  # --scorer must exist
     assert run_config(p.parse_args(base)).agent_config.decode_only_pick is None  # an older run's snapshot resumes
     assert run_config(p.parse_args(base + ["--decode-only-pick"])).agent_config.decode_only_pick is True
     assert run_config(p.parse_args(base + ["--no-decode-only-pick"])).agent_config.decode_only_pick is False

@@ -61,9 +61,9 @@ class RunOptions:
         for name in ("agents", "steps", "max_llm_calls"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"{name}: expected an int >= 1 or None, got {v!r}")
+                raise ValueError(f"{name}: expected an int >= 1 or none, got {v!r}")
         if self.step_budget is not None and not self.step_budget > 0:
-            raise ValueError(f"step_budget: expected seconds > 0 or None, got {self.step_budget!r}")
+            raise ValueError(f"step_budget: expected seconds > 0 or none, got {self.step_budget!r}")
         if not isinstance(self.scenario, str) or not self.scenario:
             raise ValueError(f"scenario: expected a built-in name or a .json path, got {self.scenario!r}")
         return self
