@@ -36,8 +36,32 @@ def test_memory_import_export_show_roundtrip(tmp_path, capsys):
     assert main(["memory", "show", str(db)]) == 0
     shown = capsys.readouterr().out
     assert "heat apple" in shown and "read the options first" in shown
-    with pytest.raises(SystemExit, match="not found"):
+    with pytest.raises(SystemExit) as exc:  # a usage error: exit 2, one line naming the file
         main(["memory", "show", str(tmp_path / "nope.json")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("metacog memory: error:") and "nope.json" in err and "\n" not in err
+
+
+def test_memory_show_of_a_store_open_elsewhere_is_one_line(tmp_path, capsys):
+    from metacog_fast.memory import MemoryStore
+
+    db = tmp_path / "mem.db"
+    assert main(["memory", "import", str(_export(tmp_path)), str(db)]) == 0
+    holder = MemoryStore.open(str(db))  # this process keeps it open: the command is refused, no traceback
+    try:
+        with pytest.raises(SystemExit) as exc:
+            main(["memory", "show", str(db)])
+        msg = str(exc.value.code)
+        assert msg.startswith("metacog memory: error:") and "already open" in msg and "\n" not in msg
+    finally:
+        holder.close()
+
+
+def _export(tmp_path):
+    src = tmp_path / "in.json"
+    _mem().export_json(src)
+    return src
 
 
 def test_parse_games():

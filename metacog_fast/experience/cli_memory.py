@@ -32,11 +32,20 @@ def _import(a: argparse.Namespace) -> int:
 
 
 def _or_exit(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)``; a missing file ends the command with an error line naming it (exit code 1)."""
+    """``fn(*args)``; a missing file is a usage error (one line naming it, exit code 2, like every
+    command's bad argument); a store that is open elsewhere or older than its index ends the command
+    with its one-line explanation (exit code 1)."""
+    import sys
+
+    from metacog_fast.memory import StaleDatabaseError, StoreLockedError
+
     try:
         return fn(*args)
     except FileNotFoundError as e:
-        raise SystemExit(f"metacog memory: error: {e}") from None
+        print(f"metacog memory: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except (StoreLockedError, StaleDatabaseError) as e:
+        raise SystemExit(f"metacog memory: error: {' '.join(str(e).split())}") from None
 
 
 def attach(p: argparse.ArgumentParser) -> None:
