@@ -169,3 +169,15 @@ def test_console_script_exits_2_with_one_line(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == "metacog sim: error: --agents (agents): expected an int >= 1 or none, got -1"
     _nothing_written(tmp_path / "sim")
+
+
+def test_sft_with_a_missing_dataset_leaves_no_run_folder(tmp_path):
+    """``finetune sft --data-dir /nope``: the clear error comes before the output folder is made."""
+    pytest.importorskip("peft")
+    pytest.importorskip("trl")
+    from metacog_fast.alfworld.finetune.sft import SFTConfig, train_sft
+
+    out = tmp_path / "run"
+    with pytest.raises((FileNotFoundError, ValueError), match="nope"):
+        train_sft(tmp_path / "nope", out, SFTConfig())
+    assert not out.exists()

@@ -342,11 +342,11 @@ def train_sft(data_dir: str | Path, out_dir: str | Path, cfg: SFTConfig, max_ste
     cfg.validate()
     base_gguf(cfg.base)  # an unknown base, or a folder that cannot be exported, fails before any work
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     dirs = [Path(d) for d in data_dir] if isinstance(data_dir, (list, tuple)) else [Path(data_dir)]
     if not dirs:
         raise ValueError("data_dir: expected at least one dataset folder")
-    examples = [e for d in dirs for e in load_dataset(d)]
+    examples = [e for d in dirs for e in load_dataset(d)]  # a bad dataset fails before the run folder exists
+    out.mkdir(parents=True, exist_ok=True)
     shas = [read_json(d / "manifest.json").get("dataset_sha256") if (d / "manifest.json").is_file() else None for d in dirs]
     sha: Any = shas[0] if len(dirs) == 1 else shas
     where: Any = str(dirs[0].resolve()) if len(dirs) == 1 else [str(d.resolve()) for d in dirs]
