@@ -104,17 +104,23 @@ def test_adapter_given_as_a_file_is_checked_against_the_model_json_beside_it(tmp
         LlamaCppLLM(LlamaCppConfig(model_path=default_gguf(), lora_path=str(folder / "adapter.gguf"), n_ctx=256))
 
 
-def test_damaged_merged_model_folder_is_refused(tmp_path):
-    """A merged model folder (model.json format 'merged'): its GGUF is checked the same way, by
-    folder and by file path."""
-    from metacog_fast.llm.llama_cpp_backend import LlamaCppConfig, LlamaCppLLM
-
+def _merged_folder(tmp_path: Path) -> tuple[Path, Path]:
+    """A merged model folder over a copy of the default GGUF, its model.json recording size and sha256."""
     folder = tmp_path / "merged"
     folder.mkdir()
     gguf = folder / "model.gguf"
     shutil.copyfile(default_gguf(), gguf)
     info = {"format": "merged", "file": "model.gguf", "sha256": sha256_file(gguf), "bytes": gguf.stat().st_size}
     (folder / "model.json").write_text(json.dumps(info))
+    return folder, gguf
+
+
+def test_damaged_merged_model_folder_is_refused(tmp_path):
+    """A merged model folder (model.json format 'merged'): its GGUF is checked the same way, by
+    folder and by file path."""
+    from metacog_fast.llm.llama_cpp_backend import LlamaCppConfig, LlamaCppLLM
+
+    folder, gguf = _merged_folder(tmp_path)
     assert resolve_model_folder(folder).model_path == str(gguf)
     with open(gguf, "r+b") as f:
         f.seek(gguf.stat().st_size // 2)
@@ -273,12 +279,7 @@ def test_server_refuses_a_damaged_model_folder_gguf_before_starting(tmp_path, mo
     llama.cpp's server (no process is started for a damaged file)."""
     from metacog_fast.llm import serve
 
-    folder = tmp_path / "merged"
-    folder.mkdir()
-    gguf = folder / "model.gguf"
-    shutil.copyfile(default_gguf(), gguf)
-    info = {"format": "merged", "file": "model.gguf", "sha256": sha256_file(gguf), "bytes": gguf.stat().st_size}
-    (folder / "model.json").write_text(json.dumps(info))
+    folder, gguf = _merged_folder(tmp_path)
     os.truncate(gguf, gguf.stat().st_size - 4096)
     started = []
     monkeypatch.setattr(serve.subprocess, "Popen", lambda *a, **k: started.append(a))

@@ -8,13 +8,13 @@ adapter over (``docs/finetune.md``, "Another base model").
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 from metacog_fast._extras import require
+from metacog_fast._integrity import sha256_file
 
 BASE_MODELS = ("smollm2",)
 """Named bases; anything else must be a path to a GGUF file or to a transformers model folder."""
@@ -125,15 +125,6 @@ def load_model(base: str, dtype: Any = None) -> Any:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     return model
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's bytes (read in 1 MiB blocks)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 PRECISIONS = ("auto", "bf16", "fp32")

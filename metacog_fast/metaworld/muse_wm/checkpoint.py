@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from metacog_fast._integrity import ModelFileError, sha256_file
+from metacog_fast._integrity import ModelFileError, verify_file
 from metacog_fast.metaworld.muse_wm.config import ActConfig
 
 
@@ -57,15 +57,10 @@ def checked_tensor_file(stem: str | os.PathLike, doc: dict[str, Any]) -> Path:
                       RuntimeWarning, stacklevel=3)
         return st_path
     todo = "restore the checkpoint (both files) from a copy, or train again"
-    have_size = st_path.stat().st_size
-    if size is not None and have_size != int(size):
-        raise ModelFileError(f"checkpoint: {st_path} does not match the digest in its JSON {jp}: {have_size} bytes, "
-                             f"the JSON records {int(size)} bytes and sha256 {want} (truncated, damaged or "
-                             f"partially written file); {todo}")
-    have = sha256_file(st_path)
-    if have != want:
-        raise ModelFileError(f"checkpoint: {st_path} does not match the digest in its JSON {jp}: sha256 {have}, "
-                             f"the JSON records {want} (damaged, replaced or partially written file); {todo}")
+    try:
+        verify_file(st_path, sha256=want, size=size, manifest=f"its JSON {jp}", remedy=todo)
+    except ModelFileError as exc:
+        raise ModelFileError(f"checkpoint: {st_path} does not match the digest in its JSON {jp}: {exc}") from None
     return st_path
 
 
