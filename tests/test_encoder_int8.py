@@ -96,3 +96,40 @@ def test_auto_precision_rule(monkeypatch):
     assert E.auto_cpu_precision() == "bf16"
     monkeypatch.setattr(E, "cpu_has_bf16", lambda: False)
     assert E.auto_cpu_precision() == "fp32"  # int8 and bf16 are emulated there: many times slower
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (17, 384, 33), (5, 1024, 7), (9, 1025, 3), (13, 1536, 65), (3, 2100, 5)])
+def test_exact_float_gemm_equals_int_mm(m, k, n):
+    """The fp32-exact GEMM (CPUs without int8 dot products) is bit-identical to ``torch._int_mm``,
+    at the extremes of the codes too (every partial sum at its largest magnitude)."""
+    from metacog_fast.scoring.int8_bert import ExactFloatGemm
+
+    g = torch.Generator().manual_seed(m * 1000 + k)
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g)
+    w = torch.randint(-127, 128, (k, n), dtype=torch.int8, generator=g)
+
+    def int_mm(a, w):  # torch._int_mm wants M > 16 and K, N multiples of 8: pad with zeros
+        mp, kp, np_ = max(17, m), -(-k // 8) * 8, -(-n // 8) * 8
+        ap = torch.zeros(mp, kp, dtype=torch.int8)
+        wp = torch.zeros(kp, np_, dtype=torch.int8)
+        ap[:m, :k], wp[:k, :n] = a, w
+        return torch._int_mm(ap, wp)[:m, :n]
+
+    for x, y in ((a, w), (torch.full_like(a, -128), torch.full_like(w, -127)), (torch.full_like(a, 127), torch.full_like(w, 127))):
+        out = ExactFloatGemm(y)(x)
+        assert out.dtype == torch.int32 and out.shape == (m, n)
+        assert torch.equal(out, int_mm(x, y))
+        assert torch.equal(out, x.long().mm(y.long()).to(torch.int32))
+
+
+def test_int8_forward_same_with_either_gemm(encoders):
+    from metacog_fast.scoring.int8_bert import Int8Bert
+
+    fp32, _ = encoders
+    tok = fp32.tokenizer(TEXTS[:2], padding=True, return_tensors="pt")
+    model = fp32.st[0].auto_model
+    a = Int8Bert(model, backend="torch", gemm="int_mm")(tok["input_ids"], tok["attention_mask"])
+    b = Int8Bert(model, backend="torch", gemm="fp32-exact")(tok["input_ids"], tok["attention_mask"])
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+    with pytest.raises(ValueError, match="gemm"):
+        Int8Bert(model, gemm="int4")

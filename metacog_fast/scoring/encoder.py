@@ -129,9 +129,9 @@ def cpu_has_vnni() -> bool:
 def auto_cpu_precision() -> str:
     """``precision="auto"`` on a CPU: the fastest path within the accuracy bar (AUROC of M_sa within
     0.01 of fp32, docs/scoring.md): int8 with the compiled core on a CPU with int8 dot products;
-    else bf16 with AVX512-BF16; else fp32. Without VNNI ``torch._int_mm`` and without AVX512-BF16
-    bf16 GEMMs are emulated: on an AVX2-only CPU, 64 texts took 41.5 s in int8, 15.4 s in bf16
-    and 2.1 s in fp32 (one thread, docs/scoring.md)."""
+    else bf16 with AVX512-BF16; else fp32. Without AVX512-BF16 bf16 GEMMs are emulated (an
+    AVX2-only CPU: 15.4 s per 64 texts against fp32's 2.1 s, one thread), and without VNNI int8
+    runs its GEMMs as exact fp32 matmuls, a little slower than fp32 itself (docs/scoring.md)."""
     from metacog_fast._backend import core_built
 
     if core_built() and cpu_has_vnni():

@@ -7,6 +7,11 @@ int8 range). Between two GEMMs the activations stay float32 and every element-wi
 bias, GELU, residual + LayerNorm, quantise, attention with a float32 softmax) is one pass of the
 kernels in :mod:`metacog_fast.ops.encoder` (unchecked fast path). Embeddings and their LayerNorm are float32 torch.
 
+Without int8 dot products (no VNNI / AMX-INT8: an AVX2-only CPU) oneDNN's ``torch._int_mm`` is
+25-40x slower than an fp32 GEMM, so there the GEMM runs as fp32 matmuls over slices of at most
+1,024 along K: every partial sum is an integer of magnitude <= 1024 * 128 * 128 = 2**24, which fp32
+holds exactly, so the int32 result is bit-identical to ``torch._int_mm``'s (``gemm="fp32-exact"``).
+
 Accuracy against the fp32 model on 300 ALFWorld MUSE chunk texts: mean cosine of the pooled
 embeddings 0.9991 (bf16: 0.99996), see docs/scoring.md. Speed: the GEMMs are ~2x bf16's on an
 AVX512-VNNI core (bench/bench_alfworld_agents.py).
@@ -19,13 +24,60 @@ from metacog_fast.ops import encoder as enc
 from metacog_fast.ops.encoder.api import TABLE
 
 
+GEMMS = ("auto", "int_mm", "fp32-exact")
+# fp32 holds every integer up to 2**24 exactly; |a| <= 128 and |w| <= 128, so K <= 1024 keeps each
+# partial sum exact.
+_EXACT_K = 1024
+
+
+class ExactFloatGemm:
+    """``a [M, K] int8 @ w [K, N] int8 -> [M, N] int32`` computed exactly by fp32 matmuls over K
+    slices of <= 1,024 (see the module docstring); ``w`` converted once."""
+
+    def __init__(self, w: torch.Tensor) -> None:
+        if w.dtype != torch.int8 or w.dim() != 2:
+            raise ValueError(f"w: expected a [K, N] int8 tensor, got {w.dtype} {list(w.shape)}")
+        self.bounds = [(s, min(s + _EXACT_K, w.shape[0])) for s in range(0, w.shape[0], _EXACT_K)]
+        self.parts = [w[s:e].float().contiguous() for s, e in self.bounds]
+
+    def __call__(self, a: torch.Tensor) -> torch.Tensor:
+        out = None
+        for (s, e), w in zip(self.bounds, self.parts):
+            p = torch.mm(a[:, s:e].float(), w).to(torch.int32)
+            out = p if out is None else out.add_(p)
+        return out
+
+
+class IntMmGemm:
+    """``a [M, K] int8 @ w [K, N] int8 -> [M, N] int32`` through ``torch._int_mm`` (oneDNN)."""
+
+    def __init__(self, w: torch.Tensor) -> None:
+        self.w = w
+
+    def __call__(self, a: torch.Tensor) -> torch.Tensor:
+        return torch._int_mm(a, self.w)
+
+
+def resolve_gemm(gemm: str) -> str:
+    """"auto" -> "int_mm" on a CPU with int8 dot products, else "fp32-exact" (same int32 results)."""
+    if gemm not in GEMMS:
+        raise ValueError(f"gemm: expected one of {GEMMS}, got {gemm!r}")
+    if gemm != "auto":
+        return gemm
+    from metacog_fast.scoring.encoder import cpu_has_vnni
+
+    return "int_mm" if cpu_has_vnni() else "fp32-exact"
+
+
 class Int8Bert:
     """Callable ``(ids [B, T] int64, mask [B, T]) -> token states [B, T, hidden] float32``.
 
     ``mask`` must be a prefix mask (1 for the first ``lengths[b]`` tokens, then 0), as a
-    tokenizer's right padding gives. ``backend``: "auto" (compiled core when built), "cpu", "torch"."""
+    tokenizer's right padding gives. ``backend``: "auto" (compiled core when built), "cpu", "torch".
+    ``gemm``: how the int8 GEMMs run, :data:`GEMMS` ("auto": ``torch._int_mm`` with VNNI, else the
+    exact fp32 form; both give the same int32 results)."""
 
-    def __init__(self, model: torch.nn.Module, backend: str = "auto") -> None:
+    def __init__(self, model: torch.nn.Module, backend: str = "auto", gemm: str = "auto") -> None:
         cfg = model.config
         if getattr(cfg, "position_embedding_type", "absolute") != "absolute":
             raise ValueError("model: the int8 forward supports absolute position embeddings only")
@@ -34,6 +86,8 @@ class Int8Bert:
         # Resolved once ("cpu" raises when the core is not built; "auto" takes it if built). Every
         # step then takes the kernels' unchecked path: its tensors come from this forward's GEMMs.
         self.backend = TABLE.resolve(backend)
+        self.gemm = resolve_gemm(gemm)
+        self._gemm_cls = IntMmGemm if self.gemm == "int_mm" else ExactFloatGemm
         emb = model.embeddings
         self.word = emb.word_embeddings.weight.detach().float()
         self.type0 = emb.token_type_embeddings.weight[0].detach().float()
@@ -56,11 +110,10 @@ class Int8Bert:
                 "ln2": self._ln(ln2),
             })
 
-    @staticmethod
-    def _linear(w: torch.Tensor, b: torch.Tensor) -> tuple:
-        """(Wq^T int8 [K, N], w_scale [N], w_colsum [N], bias [N]), quantised once."""
+    def _linear(self, w: torch.Tensor, b: torch.Tensor) -> tuple:
+        """(GEMM by Wq^T int8 [K, N], w_scale [N], w_colsum [N], bias [N]), quantised once."""
         wq_t, w_scale, w_colsum = enc.quantize_weight(w)
-        return wq_t, w_scale.contiguous(), w_colsum.contiguous(), b.detach().float().contiguous()
+        return self._gemm_cls(wq_t), w_scale.contiguous(), w_colsum.contiguous(), b.detach().float().contiguous()
 
     @staticmethod
     def _ln(ln: torch.nn.LayerNorm) -> tuple:
@@ -108,11 +161,11 @@ class Int8Bert:
             x = x.reshape(B * T, self.hidden).contiguous()
             quant = self._quantize(x)
             for L in self.layers:
-                qkv = self._dequantize(torch._int_mm(quant[0], L["qkv"][0]), quant, L["qkv"])
+                qkv = self._dequantize(L["qkv"][0](quant[0]), quant, L["qkv"])
                 a = self._attention(qkv.view(B, T, -1), lengths).view(B * T, self.hidden)
                 qa = self._quantize(a)
-                quant = self._dequantize_add_layernorm(torch._int_mm(qa[0], L["o"][0]), qa, L["o"], x, L["ln1"])
-                qh = self._dequantize_gelu_quantize(torch._int_mm(quant[0], L["ffn_in"][0]), quant, L["ffn_in"])
-                quant = self._dequantize_add_layernorm(torch._int_mm(qh[0], L["ffn_out"][0]), qh, L["ffn_out"], x,
+                quant = self._dequantize_add_layernorm(L["o"][0](qa[0]), qa, L["o"], x, L["ln1"])
+                qh = self._dequantize_gelu_quantize(L["ffn_in"][0](quant[0]), quant, L["ffn_in"])
+                quant = self._dequantize_add_layernorm(L["ffn_out"][0](qh[0]), qh, L["ffn_out"], x,
                                                        L["ln2"])
             return x.view(B, T, self.hidden)
