@@ -59,10 +59,10 @@ THINKS = [("think: First I need to find an egg.", "OK."), ("think: An egg is lik
 # and the picked rollout is decoded whole (the full step's action comes from a later pair)
 @pytest.mark.parametrize("history", ["actions", "thinks"])
 def test_decoding_only_the_pick_executes_the_same_actions(llm, scorer, history):
-    steps = 6
+    steps = 3
     decisions, tokens, calls = [], [], []
     for only_pick in (None, True):
-        agent = make_random(llm, scorer, 2, only_pick)
+        agent = make_random(llm, scorer, 1, only_pick)
         if history == "thinks":
             agent.lines += THINKS
         before = (llm.usage.completion_tokens, llm.usage.calls)
