@@ -12,8 +12,11 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 if [ "$#" -eq 0 ]; then
   set -- -m "not slow and not gpu"
 fi
-# --durations: the slowest tests are named in every run's summary, so that a slow one is seen
-python -m pytest tests/ --timeout=900 --durations=15 "$@"
+# --durations: the slowest tests are named in every run's summary, so that a slow one is seen.
+# -n: pytest-xdist workers, one per core up to 4 (METACOG_TEST_WORKERS overrides; 0 runs in this
+# process). Tests that compare timings do not exist; each test picks its own free ports and folders.
+workers=${METACOG_TEST_WORKERS:-$(python -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}
+python -m pytest tests/ --timeout=900 --durations=15 -n "$workers" --dist worksteal "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "[test] pytest collected no tests: that is a failure of the suite, not a pass"
