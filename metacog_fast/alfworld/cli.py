@@ -1,4 +1,5 @@
-"""``metacog run alfworld``, ``metacog pretrain alfworld``, ``metacog report alfworld <run>``.
+"""``metacog run alfworld``, ``metacog pretrain alfworld``, ``metacog report alfworld <run>``,
+``metacog report alfworld-assessor <run>``.
 
 Each command line is a dataclass read by tyro (:mod:`metacog_fast.cli.dataclass_args`): views of
 :class:`~metacog_fast.alfworld.config.RunConfig` (with its
@@ -142,3 +143,24 @@ def attach_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a run folder, or a folder holding several (one per agent)")
     p.add_argument("--out", default=None, help="where report.json, tables.md and plots go (default: the run)")
     p.set_defaults(func=report_cmd)
+
+
+def assessor_report_cmd(a: argparse.Namespace) -> int:
+    from metacog_fast.alfworld.assessor_report import assessor_report
+
+    assessor_report(a.run, a.out, folds=a.folds, bins=a.bins, resamples=a.resamples, seed=a.seed)
+    with open(f"{a.out or a.run}/assessor.md") as f:
+        print(f.read())
+    return 0
+
+
+def attach_assessor_report(p: argparse.ArgumentParser) -> None:
+    """Fills ``metacog report alfworld-assessor`` (plain arguments, as ``report alfworld``)."""
+    p.add_argument("run", help="a MUSE run folder, or a folder holding several (runs without M_sa are skipped)")
+    p.add_argument("--out", default=None,
+                   help="where assessor.json, assessor.md and the plots go (default: the run)")
+    p.add_argument("--folds", type=int, default=5, help="folds of games the trivial predictors are cross-fitted over")
+    p.add_argument("--bins", type=int, default=10, help="equal-width probability bins of the ECE")
+    p.add_argument("--resamples", type=int, default=10000, help="bootstrap resamples of every interval")
+    p.add_argument("--seed", type=int, default=0, help="seed of the folds and the resamples")
+    p.set_defaults(func=assessor_report_cmd)

@@ -70,6 +70,9 @@ COMMANDS: tuple[Command, ...] = (
             "metacog_fast.alfworld.cli:attach_pretrain"),
     Command(("report", "alfworld"), "tables, ROC plots and costs of ALFWorld agent runs",
             "metacog_fast.alfworld.cli:attach_report"),
+    Command(("report", "alfworld-assessor"), "M_sa against trivial predictors (position, task-type prior, "
+                                             "adaptation win rate) on ALFWorld MUSE runs' held-out games",
+            "metacog_fast.alfworld.cli:attach_assessor_report"),
     Command(("report", "scienceworld"), "tables, mechanism counts and score chart of a ScienceWorld run",
             "metacog_fast.scienceworld.cli:attach_report"),
     Command(("report", "scienceworld-swift"), "which ScienceWorld Swift is better: a run's ranker vs the LLM, "

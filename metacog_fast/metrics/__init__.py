@@ -1,8 +1,22 @@
 """Metrics shared by the agents: Type-2 (metacognitive) AUROC and ROC, metacognitive
 accuracy, quantile labels, success rate, tasks solved, steps to success, intervals and paired
-tests, AUROC2 with a cluster-bootstrap interval and within task type, plots (docs/statistics.md)."""
+tests, AUROC2 with a cluster-bootstrap interval and within task type, an assessor against trivial
+predictors (assessor.py), plots (docs/statistics.md)."""
 from __future__ import annotations
 
+from metacog_fast.metrics.assessor import (
+    AssessorReport,
+    Calibration,
+    PairedAuroc2,
+    PredictorResult,
+    TrivialPredictions,
+    calibration,
+    cross_fitted_trivial,
+    evaluate_assessor,
+    game_folds,
+    paired_auroc2_difference,
+    plot_reliability,
+)
 from metacog_fast.metrics.claims import claims_markdown, evaluate_claim, evaluate_claims, parse_claim
 from metacog_fast.metrics.clustered import (
     MIN_EPISODES,
@@ -37,6 +51,17 @@ from metacog_fast.metrics.plots import plot_rates_with_intervals, plot_task_bars
 from metacog_fast.metrics.type2 import auroc2, average_ranks, metacognitive_accuracy, type2_roc
 
 __all__ = [
+    "AssessorReport",
+    "Calibration",
+    "PairedAuroc2",
+    "PredictorResult",
+    "TrivialPredictions",
+    "calibration",
+    "cross_fitted_trivial",
+    "evaluate_assessor",
+    "game_folds",
+    "paired_auroc2_difference",
+    "plot_reliability",
     "MIN_EPISODES",
     "Auroc2ByType",
     "Auroc2Result",
