@@ -31,15 +31,24 @@ Trivial predictors (never given the assessor's score):
 * **combination**: a logistic regression on all signals and priors together (features
   standardised, L2 penalty 1.0 on the weights, fitted by Newton's method).
 
-Each trivial predictor's probability is **cross-fitted by game folds**: games are dealt into
-``folds`` folds (within ``fold_strata``, e.g. task type, so each fold holds every stratum); for
-fold f, a logistic regression (one feature for a single signal or prior, all of them for the
-combination) is fitted on the rows of the other folds and predicts fold f's rows. A prior's value
-for a fold-f row is computed from the games outside fold f; for a training row of fold g it is
-computed from the games outside folds f and g, so no row's feature ever includes its own game's
-outcome and nothing about fold f's outcomes reaches fold f's predictions. Every game is held out
-once. The "best trivial predictor" is the trivial predictor with the highest AUROC2 on these
-held-out predictions: choosing it after seeing them favours the baseline, never the assessor.
+Each trivial predictor is **cross-fitted by game folds**: games are dealt into ``folds`` folds
+(within ``fold_strata``, e.g. task type, so each fold holds every stratum); for fold f, a logistic
+regression (one input for a single signal or prior, all of them for the combination) is fitted on
+the rows of the other folds and predicts fold f's rows. A prior's value, for every row the fold-f
+model fits or predicts, is the rate over the games outside fold f (the training rows' own games
+among them, as in any model fitted on those games); nothing about fold f's outcomes reaches fold
+f's predictions, and every game is held out once. (A nested version that also left each training
+row's own fold out of its prior was tried: leaving a game's own outcome out of its type's rate
+makes the rate anti-correlated with that outcome, so the models learned a negative weight and the
+held-out AUROC2 of the task-type prior on run 3's MUSE fell to 0.27.)
+
+What is scored: the AUROC2 of a single signal or prior ranks its held-out value times the sign
+of its weight in the held-out fold's model (a one-input logistic model adds nothing else to the
+ranking, and leaving out the intercepts, which differ between folds, keeps a signal that is
+constant within a position bucket at 0.5 there); the combination is ranked by its probability;
+calibration is measured on the cross-fitted probabilities. The "best trivial predictor" is the
+trivial predictor with the highest AUROC2 on these held-out predictions: choosing it after seeing
+them favours the baseline, never the assessor.
 
 Shapes: R rows; every per-row input is [R]; ``games`` and priors' keys are constant within an
 episode.
@@ -110,9 +119,9 @@ class PredictorResult:
     features: list[str] = field(default_factory=list)
     """Inputs of a cross-fitted trivial predictor (empty for an assessor)."""
     direction: int = 1
-    """How its AUROC2 ranks rows: +1 / -1 its held-out value (signal or prior) times this sign,
-    learned by the fold models; 0 its cross-fitted probability (the combination, or folds that
-    disagree on the sign); 1 for an assessor (its probability)."""
+    """A signal or prior: +1 / -1 when every fold's model gave it this sign (its AUROC2 ranks its
+    held-out value times its fold's sign), 0 when folds disagree; 0 for the combination (ranked by
+    its probability); 1 for an assessor (its probability)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "auroc2": self.auroc2.to_dict(),
@@ -358,14 +367,15 @@ class TrivialPredictions:
     probs: dict[str, np.ndarray]
     """name -> [R] cross-fitted probability of success (what calibration is measured on)."""
     scores: dict[str, np.ndarray]
-    """name -> [R] what the AUROC2 ranks: for one signal or prior, its held-out value times its
-    direction; for the combination (or a single input whose direction differs between folds), the
-    probability."""
+    """name -> [R] what the AUROC2 ranks: for one signal or prior, its held-out value times the sign
+    of its weight in the held-out fold's model (the direction is all a one-input model adds to the
+    ranking; the models' intercepts, which differ between folds, are left out); for the combination,
+    the probability."""
     features: dict[str, list[str]]
     """name -> the signals / priors it is computed from."""
     direction: dict[str, int]
-    """name -> +1 / -1 (sign of its weight in every fold's model), 0 when folds disagree or for the
-    combination."""
+    """name -> +1 / -1 when every fold's model gives its weight that sign, 0 when the folds disagree
+    (or for the combination)."""
     fold_of_game: dict[Hashable, int]
     """game id -> the fold in which it is held out."""
 
@@ -391,7 +401,7 @@ def cross_fitted_trivial(outcome: Any, episodes: Sequence[Hashable], games: Sequ
     if len(names_in) >= 2:
         sets[COMBINATION] = names_in
     probs = {n: np.empty(d.y.size) for n in sets}
-    held = {n: np.empty(d.y.size) for n in names_in}  # the single input's held-out value
+    scores = {n: np.empty(d.y.size) for n in names_in}  # a single input's held-out value x its fold's sign
     signs: dict[str, set[int]] = {n: set() for n in names_in}
     for f in range(int(folds)):
         X, train, cols = _fold_features(d, fold_of_ep, f)
@@ -399,21 +409,21 @@ def cross_fitted_trivial(outcome: Any, episodes: Sequence[Hashable], games: Sequ
         ytr = d.y[train].astype(np.float64)
         for n, feats in sets.items():
             idx = [cols.index(c) for c in feats]
-            if n in held:
-                held[n][test] = X[test][:, idx[0]]
             if ytr.min() == ytr.max():  # one class in training: its rate, nothing to fit
                 probs[n][test] = float(ytr.mean())
+                if n in scores:
+                    scores[n][test] = 0.0
+                    signs[n].add(0)
                 continue
             model = _fit_logistic(X[train][:, idx], ytr)
             probs[n][test] = _predict_logistic(model, X[test][:, idx])
-            if n in signs and model[0][1] != 0:
-                signs[n].add(int(np.sign(model[0][1])))
-    scores: dict[str, np.ndarray] = {}
-    direction: dict[str, int] = {}
-    for n in sets:
-        sg = signs.get(n, set())
-        direction[n] = next(iter(sg)) if len(sg) == 1 else 0
-        scores[n] = direction[n] * held[n] if direction[n] else probs[n]
+            if n in scores:  # fold f's own sign: nothing learned from fold f's labels ranks its rows
+                sign = int(np.sign(model[0][1]))
+                scores[n][test] = sign * X[test][:, idx[0]]
+                signs[n].add(sign)
+    direction = {n: (next(iter(signs[n])) if len(signs[n]) == 1 else 0) if n in signs else 0 for n in sets}
+    if COMBINATION in sets:
+        scores[COMBINATION] = probs[COMBINATION]
     return TrivialPredictions(probs, scores, {n: list(v) for n, v in sets.items()}, direction, fold_of)
 
 
@@ -555,7 +565,8 @@ def evaluate_assessor(assessors: Mapping[str, Any], outcome: Any, episodes: Sequ
              "with the highest held-out AUROC2 (a choice that favours the baseline)"]
     mixed = [n for n, v in tp.direction.items() if v == 0 and n != COMBINATION]
     if mixed:
-        notes.append(f"direction differs between folds (ranked by the cross-fitted probability): {', '.join(mixed)}")
+        notes.append(f"the sign of the weight differs between folds (each fold's rows ranked with its own): "
+                     f"{', '.join(mixed)}")
     return AssessorReport(out, best, comps, int(folds), {str(k): v for k, v in tp.fold_of_game.items()}, labels,
                           int(bins), int(d.y.size), notes)
 
