@@ -148,7 +148,13 @@ def attach_report(p: argparse.ArgumentParser) -> None:
 def assessor_report_cmd(a: argparse.Namespace) -> int:
     from metacog_fast.alfworld.assessor_report import assessor_report
 
-    assessor_report(a.run, a.out, folds=a.folds, bins=a.bins, resamples=a.resamples, seed=a.seed)
+    try:
+        assessor_report(a.run, a.out, folds=a.folds, bins=a.bins, resamples=a.resamples, seed=a.seed)
+    except ValueError as e:  # a folder without MUSE runs, or a bad --folds / --bins / --resamples / --seed
+        name, _, rest = str(e).partition(":")
+        if name in ("run", "folds", "bins", "resamples", "seed"):
+            raise ConfigError(f"{name if name == 'run' else '--' + name}:{rest}") from None
+        raise
     with open(f"{a.out or a.run}/assessor.md") as f:
         print(f.read())
     return 0
