@@ -60,6 +60,7 @@ def test_an_assessor_that_is_position_does_not_beat_position():
     # within one chunk index position carries nothing
     first = rep.predictors["position"].by_position["0"]
     assert first.value == pytest.approx(0.5)
+    assert all(c.verdict != "beats" for c in rep.comparisons_by_position["same"].values())
 
 
 def test_an_informative_assessor_beats_the_best_trivial_predictor():
@@ -73,6 +74,10 @@ def test_an_informative_assessor_beats_the_best_trivial_predictor():
     assert rep.predictors["informed"].auroc2.value > best
     c = rep.comparisons["informed"]
     assert c.verdict == "beats" and c.low > 0 and c.clusters == "games" and c.n_clusters == 48
+    # within the first chunks, position is constant: another trivial predictor is the bar there
+    first = rep.comparisons_by_position["informed"]["0"]
+    assert first.baseline != "position" and first.verdict == "beats"
+    assert set(rep.comparisons_by_position["informed"]) == set(rep.position_buckets)
     assert set(rep.predictors) == {"informed", "position", "skill", "type", "combination"}
     assert rep.predictors["combination"].features == ["position", "skill", "type"]
     # a reversed assessor is "worse"

@@ -192,7 +192,8 @@ def render_markdown(results: dict[str, dict[str, Any]]) -> str:
     for label, res in results.items():
         L += [f"## {label}", "",
               f"{res['test_episodes']} test episodes of {res['games']} games"
-              + (f" (of {res['games_planned']} planned: run in progress)" if res["games_planned"] > res["games"] else "")
+              + (f" (of {res['games_planned']} planned: run in progress)"
+                 if res["games_planned"] > res["games"] else "")
               + f", {res['chunks']} chunks; "
               f"{res['folds']} folds of games, best trivial predictor: **{res['best_trivial']}**.", ""]
         for name, why in res["missing_signals"].items():
@@ -225,6 +226,17 @@ def render_markdown(results: dict[str, dict[str, Any]]) -> str:
             else:
                 L.append(f"| {name} | {c['baseline']} | {c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}] | "
                          f"{c['p_value']:.3g} | **{c['verdict']}** |")
+        L += ["", "By position: each assessor against the trivial predictor that is best within the bucket "
+              "(paired, resampling games):", "",
+              "| assessor | " + " | ".join(res["position_buckets"]) + " |",
+              "|---|" + "---|" * len(res["position_buckets"])]
+        for name, per in res.get("comparisons_by_position", {}).items():
+            cells = []
+            for b in res["position_buckets"]:
+                c = per.get(b)
+                cells.append("—" if not c or c["diff"] is None else
+                             f"{c['diff']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}] vs {c['baseline']}: {c['verdict']}")
+            L.append(f"| {name} | " + " | ".join(cells) + " |")
         L.append("")
     return "\n".join(L) + "\n"
 

@@ -18,7 +18,8 @@ assessor(s) and for every trivial predictor:
   with a cluster-bootstrap interval resampling *games* (``games``; episodes when not given): both
   AUROC2s are recomputed on every resample from the same draw. **Verdict**: ``"beats"`` only when
   the interval lies above 0; ``"worse"`` when it lies below 0; ``"not shown"`` otherwise;
-  ``"undefined"`` when either AUROC2 is undefined.
+  ``"undefined"`` when either AUROC2 is undefined. The same within each position bucket, against
+  the trivial predictor that is best in that bucket (``comparisons_by_position``).
 
 Trivial predictors (never given the assessor's score):
 
@@ -66,6 +67,7 @@ from metacog_fast.metrics.clustered import (
     Auroc2Result,
     _codes,
     _episode_kinds,
+    _pair_matrix,
     auroc2_clustered,
     replicate_auroc2,
 )
@@ -173,12 +175,18 @@ class AssessorReport:
     bins: int
     rows: int
     notes: list[str] = field(default_factory=list)
+    comparisons_by_position: dict[str, dict[str, PairedAuroc2]] = field(default_factory=dict)
+    """Assessor name -> position bucket -> its paired difference, within the bucket's rows, against
+    the trivial predictor with the best AUROC2 in that bucket."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"predictors": {k: v.to_dict() for k, v in self.predictors.items()}, "best_trivial": self.best_trivial,
-                "comparisons": {k: v.to_dict() for k, v in self.comparisons.items()}, "folds": self.folds,
-                "fold_of_game": dict(self.fold_of_game), "position_buckets": list(self.position_buckets),
-                "bins": self.bins, "rows": self.rows, "notes": list(self.notes)}
+                "comparisons": {k: v.to_dict() for k, v in self.comparisons.items()},
+                "comparisons_by_position": {k: {b: c.to_dict() for b, c in v.items()}
+                                            for k, v in self.comparisons_by_position.items()},
+                "folds": self.folds, "fold_of_game": dict(self.fold_of_game),
+                "position_buckets": list(self.position_buckets), "bins": self.bins, "rows": self.rows,
+                "notes": list(self.notes)}
 
 
 # ------------------------------------------------------------------------------------ calibration
@@ -266,7 +274,8 @@ def _prior_table(key: np.ndarray, ep_y: np.ndarray, mask: np.ndarray, n_keys: in
     return (wins + PRIOR_PSEUDO_EPISODES * base) / (n + PRIOR_PSEUDO_EPISODES)
 
 
-def _fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = L2_PENALTY, iters: int = 100) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = L2_PENALTY,
+                  iters: int = 100) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(weights [k+1] with the intercept first, feature means [k], feature scales [k]) of an L2-penalised
     logistic regression of y [n] on X [n, k], features standardised (Newton's method)."""
     mu = X.mean(0)
@@ -338,7 +347,8 @@ def _check_rows(outcome: Any, episodes: Sequence[Hashable], games: Sequence[Hash
         pri[str(name)] = (_per_episode(codes, ep, E, f"priors[{name!r}]", ep_ids), len(kid))
     dup = set(sig) & set(pri)
     if dup or COMBINATION in sig or COMBINATION in pri:
-        raise ValueError(f"signals, priors: names must be distinct and not {COMBINATION!r}, got {sorted(dup) or COMBINATION!r}")
+        raise ValueError(f"signals, priors: names must be distinct and not {COMBINATION!r}, "
+                         f"got {sorted(dup) or COMBINATION!r}")
     return _Rows(y, ep, ep_ids, gm, game_ids, ep_game, sig, pri)
 
 
@@ -446,17 +456,19 @@ def position_buckets(position: Any, edges: Sequence[float]) -> tuple[np.ndarray,
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         if integer:
             if lo is None:
-                labels.append(f"< {fmt(hi)}" if hi != 1 else "0")
+                labels.append("0" if hi == 1 and x.min() >= 0 else f"< {fmt(hi)}")
             elif hi is None:
                 labels.append(f">= {fmt(lo)}")
             else:
                 labels.append(fmt(lo) if hi - lo == 1 else f"{fmt(lo)}-{fmt(hi - 1)}")
         else:
-            labels.append(f"< {fmt(hi)}" if lo is None else f">= {fmt(lo)}" if hi is None else f"[{fmt(lo)}, {fmt(hi)})")
+            labels.append(f"< {fmt(hi)}" if lo is None else f">= {fmt(lo)}" if hi is None
+                          else f"[{fmt(lo)}, {fmt(hi)})")
     return np.searchsorted(e, x, side="right"), labels
 
 
-def paired_auroc2_difference(a: Any, b: Any, outcome: Any, clusters: Sequence[Hashable], names: tuple[str, str] = ("a", "b"),
+def paired_auroc2_difference(a: Any, b: Any, outcome: Any, clusters: Sequence[Hashable],
+                             names: tuple[str, str] = ("a", "b"),
                              cluster_kind: str = "games", resamples: int = 10000, confidence: float = 0.95,
                              seed: int = 0) -> PairedAuroc2:
     """AUROC2(a) - AUROC2(b) of two signals [R] over the same rows, with a percentile interval from
@@ -476,8 +488,6 @@ def paired_auroc2_difference(a: Any, b: Any, outcome: Any, clusters: Sequence[Ha
         return PairedAuroc2(names[0], names[1], None, None, None, None, cluster_kind, C, "undefined",
                             "one outcome only", confidence, 0, sd)
     P, N = int(y.sum()), int(y.size - y.sum())
-    from metacog_fast.metrics.clustered import _pair_matrix
-
     K1 = _pair_matrix(s1, y, cl, C)[0].sum()
     K2 = _pair_matrix(s2, y, cl, C)[0].sum()
     diff = float((K1 - K2) / (P * N))
@@ -508,7 +518,8 @@ def evaluate_assessor(assessors: Mapping[str, Any], outcome: Any, episodes: Sequ
     out-of-fold success rates; position: [R] numbers (e.g. chunk index) cut at ``position_edges``
     for the AUROC2 by position (None: no buckets); fold_strata: [R] stratum of each row's game."""
     if not isinstance(assessors, Mapping) or not assessors:
-        raise ValueError(f"assessors: expected a non-empty mapping name -> probabilities, got {type(assessors).__name__}")
+        raise ValueError(f"assessors: expected a non-empty mapping name -> probabilities, "
+                         f"got {type(assessors).__name__}")
     d = _check_rows(outcome, episodes, games, signals, priors)
     probs = {}
     for name, v in assessors.items():
@@ -550,17 +561,34 @@ def evaluate_assessor(assessors: Mapping[str, Any], outcome: Any, episodes: Sequ
     for name in tp.probs:
         kind = COMBINATION if name == COMBINATION else "prior" if name in d.priors else "signal"
         out[name] = measure(name, kind, tp.scores[name], tp.probs[name], tp.features[name], tp.direction[name])
-    defined = [n for n in tp.probs if out[n].auroc2.defined]
-    best = max(defined, key=lambda n: out[n].auroc2.value) if defined else None
-    comps: dict[str, PairedAuroc2] = {}
     kind = "games" if games is not None else "episodes"
-    for name, p in probs.items():
-        if best is None or not out[name].auroc2.defined:
-            why = "no trivial predictor has a defined AUROC2" if best is None else f"{name}: {out[name].auroc2.reason}"
-            comps[name] = PairedAuroc2(name, best or "", None, None, None, None, kind, len(d.game_ids), "undefined",
-                                       why, confidence, 0, seed)
-        else:
-            comps[name] = paired_auroc2_difference(p, tp.scores[best], d.y, gms, (name, best), kind, **kw)
+
+    def compare(name: str, m: np.ndarray | None, res: dict[str, Auroc2Result]) -> PairedAuroc2:
+        """``name`` against the trivial predictor with the best AUROC2 in ``res`` (rows ``m``; all: None)."""
+        ok = [n for n in tp.probs if res[n].defined]
+        top = max(ok, key=lambda n: res[n].value) if ok else None
+        if top is None or not res[name].defined:
+            why = "no trivial predictor has a defined AUROC2" if top is None else f"{name}: {res[name].reason}"
+            return PairedAuroc2(name, top or "", None, None, None, None, kind, len(d.game_ids), "undefined", why,
+                                confidence, 0, seed)
+        if m is None:
+            return paired_auroc2_difference(probs[name], tp.scores[top], d.y, gms, (name, top), kind, **kw)
+        idx = np.flatnonzero(m)
+        return paired_auroc2_difference(probs[name][m], tp.scores[top][m], d.y[m], [gms[j] for j in idx], (name, top),
+                                        kind, **kw)
+
+    overall = {n: r.auroc2 for n, r in out.items()}
+    best = max((n for n in tp.probs if overall[n].defined), key=lambda n: overall[n].value, default=None)
+    comps = {name: compare(name, None, overall) for name in probs}
+    comps_pos: dict[str, dict[str, PairedAuroc2]] = {name: {} for name in probs}
+    if pb is not None:
+        for i, lab in enumerate(labels):
+            m = pb == i
+            if not m.any():
+                continue
+            res = {n: r.by_position[lab] for n, r in out.items()}
+            for name in probs:
+                comps_pos[name][lab] = compare(name, m, res)
     notes = [f"trivial predictors cross-fitted over {folds} folds of games; the best trivial predictor is the one "
              "with the highest held-out AUROC2 (a choice that favours the baseline)"]
     mixed = [n for n, v in tp.direction.items() if v == 0 and n != COMBINATION]
@@ -568,7 +596,7 @@ def evaluate_assessor(assessors: Mapping[str, Any], outcome: Any, episodes: Sequ
         notes.append(f"the sign of the weight differs between folds (each fold's rows ranked with its own): "
                      f"{', '.join(mixed)}")
     return AssessorReport(out, best, comps, int(folds), {str(k): v for k, v in tp.fold_of_game.items()}, labels,
-                          int(bins), int(d.y.size), notes)
+                          int(bins), int(d.y.size), notes, comps_pos)
 
 
 # ----------------------------------------------------------------------------------------- plot
