@@ -232,10 +232,12 @@ def calibration(probs: Any, outcome: Any, episodes: Sequence[Hashable], bins: in
 
 def game_folds(games: Sequence[Hashable], folds: int = 5, strata: Sequence[Hashable] | None = None,
                seed: int = 0, *, strata_name: str = "strata") -> dict[Hashable, int]:
-    """{game: fold in [0, folds)}: the distinct ``games`` shuffled (``seed``) within each stratum
-    (``strata``, one per game in the same order, e.g. its task type), then dealt round-robin, the
-    next stratum continuing where the last one stopped, so folds differ in size by at most one and
-    each holds every stratum with at least ``folds`` games."""
+    """{game: fold in [0, folds)}: the distinct ``games`` (ids, repeats allowed, e.g. one per row)
+    shuffled (``seed``) within each stratum (``strata``: one per entry of ``games``, constant for a
+    game, e.g. its task type), then dealt round-robin, each stratum continuing where the last one
+    stopped, so folds differ in size by at most one and a stratum with at least ``folds`` games is
+    in every fold."""
+    games = list(games)
     ids = list(dict.fromkeys(games))
     if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
         raise ValueError(f"folds: expected an int >= 2, got {folds!r}")
@@ -245,8 +247,8 @@ def game_folds(games: Sequence[Hashable], folds: int = 5, strata: Sequence[Hasha
         st = [0] * len(ids)
     else:
         st = list(strata)
-        if len(st) != len(list(games)):
-            raise ValueError(f"{strata_name}: expected one stratum per game ({len(list(games))}), got {len(st)}")
+        if len(st) != len(games):
+            raise ValueError(f"{strata_name}: expected one stratum per entry of games ({len(games)}), got {len(st)}")
         first: dict[Hashable, Hashable] = {}
         for g, s in zip(games, st):
             if first.setdefault(g, s) != s:
