@@ -28,7 +28,7 @@ def collected(tmp_path_factory):
         pytest.skip(probe.reason)
     out = tmp_path_factory.mktemp("refl") / "c"
     # the base actor with 3 steps fails its first attempt, so reflections are sampled and replayed
-    cfg = ReflectionDataConfig(games=1, actor=None, examples=1, reflections=2, max_steps=3, temperature=1.0)
+    cfg = ReflectionDataConfig(games=1, actor=None, examples=0, reflections=2, max_steps=3, temperature=1.0)
     return out, cfg, collect(out, cfg)
 
 

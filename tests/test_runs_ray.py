@@ -1,6 +1,6 @@
 """The Ray executor against a real Ray cluster started by the test on 127.0.0.1: tasks stream
 their records back to the driver's run folder, a worker killed mid-episode has its episode
-rerun (nothing lost, nothing counted twice), and ALFWorld on Ray matches the local-process run
+rerun (nothing lost, nothing counted twice), and ALFWorld on Ray matches a run in this process
 episode for episode at temperature 0."""
 from __future__ import annotations
 
@@ -94,22 +94,23 @@ def _without_timings(x):
     return x
 
 
-def test_alfworld_on_ray_matches_local_processes_episode_for_episode(tmp_path, cluster):
+def test_alfworld_on_ray_matches_an_inline_run_episode_for_episode(tmp_path, cluster):
     """Reflexion on 2 games of 2 task types (one task per type), 2 episodes each: the second
-    episode's prompt carries the first one's reflection, so group state is exercised."""
+    episode's prompt carries the first one's reflection, so group state is exercised. The local side
+    runs in this process (local worker processes against inline: tests/test_runs_harness.py)."""
     from metacog_fast.alfworld.config import AgentConfig, RunConfig
     from metacog_fast.alfworld.protocol import episode_plan, load_records, run_protocol, select_games
 
-    ac = AgentConfig(examples=1, max_steps=2, action_max_tokens=12, max_thinks=1, reflection_max_tokens=12)
+    ac = AgentConfig(examples=0, max_steps=2, action_max_tokens=12, max_thinks=1, reflection_max_tokens=12)
     cfg = RunConfig(agent="reflexion", tasks=2, adapt_episodes=0, test_episodes=2, n_ctx=4096, agent_config=ac)
-    local = run_protocol(tmp_path / "process", cfg, executor=ExecutorConfig(executor="process", workers=2, progress=False))
+    local = run_protocol(tmp_path / "inline", cfg, executor=ExecutorConfig(executor="inline", progress=False))
     on_ray = run_protocol(tmp_path / "ray", cfg, executor=ExecutorConfig(executor="ray", progress=False))
-    assert local["harness"]["executor"] == "process" and on_ray["harness"]["executor"] == "ray"
+    assert local["harness"]["executor"] == "inline" and on_ray["harness"]["executor"] == "ray"
     assert local["episodes_played"] == on_ray["episodes_played"] == 4
     games = select_games(cfg.split, cfg.tasks)
     assert len({g["task_type"] for g in games}) == 2
     for g in games:
-        a = load_records(tmp_path / "process", g["game"], episode_plan(cfg))
+        a = load_records(tmp_path / "inline", g["game"], episode_plan(cfg))
         b = load_records(tmp_path / "ray", g["game"], episode_plan(cfg))
         assert len(a) == len(b) == 2
         assert a[1]["end"]["reflection"] and a[0]["end"]["reflection"] in a[1]["begin"]["prefix"]
