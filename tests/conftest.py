@@ -76,3 +76,18 @@ def finetune_base(request) -> str:
     ``-m slow`` (minutes per run on a 2-core CPU), with the same assertions."""
     return request.getfixturevalue("tiny_base") if request.param == "tiny" else "smollm2"
 
+
+
+# ---- order ---------------------------------------------------------------------------------------
+def pytest_collection_modifyitems(config, items):
+    """Modules holding a test marked ``starts_first(seconds=...)`` (the longest tests, tens of seconds
+    to minutes) run before the others, the longest first, each module kept whole (so that its
+    module-scoped fixtures are made once): the xdist workers (scripts/test.sh) then end together
+    instead of one starting a two-minute install at the end."""
+    weight: dict[str, float] = {}
+    for it in items:
+        m = it.get_closest_marker("starts_first")
+        if m is not None:
+            weight[it.fspath.strpath] = max(weight.get(it.fspath.strpath, 0.0), float(m.kwargs.get("seconds", 1)))
+    if weight:
+        items.sort(key=lambda it: -weight.get(it.fspath.strpath, 0.0))  # stable: order within a module kept

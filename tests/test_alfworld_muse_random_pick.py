@@ -57,6 +57,7 @@ THINKS = [("think: First I need to find an egg.", "OK."), ("think: An egg is lik
 
 # after actions the first line is an action (decoded up to its end); after think lines it is a think,
 # and the picked rollout is decoded whole (the full step's action comes from a later pair)
+@pytest.mark.starts_first(seconds=35)
 @pytest.mark.parametrize("history", ["actions", "thinks"])
 def test_decoding_only_the_pick_executes_the_same_actions(llm, scorer, history):
     steps = 3

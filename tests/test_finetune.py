@@ -184,6 +184,7 @@ def trained(dataset, finetune_base, tmp_path_factory):
     return run, facts, killed, dataset[0], tiny
 
 
+@pytest.mark.starts_first(seconds=100)
 def test_training_resumes_after_a_kill_and_lowers_the_loss(trained):
     run, facts, killed, data, tiny = trained
     assert killed, "the first run finished before it could be killed"

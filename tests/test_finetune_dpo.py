@@ -65,6 +65,7 @@ def test_pairs_and_quality_from_records():
         ReflectionDataConfig(split="valid_train").validate()
 
 
+@pytest.mark.starts_first(seconds=50)
 def test_tiny_dpo_run_learns_the_preference_and_exports(collected, finetune_base, tmp_path, monkeypatch):
     from metacog_fast.alfworld.finetune.dpo import DPOTrainConfig, load_pairs, train_dpo
     from metacog_fast.finetune.export import ExportConfig, export_gguf

@@ -262,6 +262,7 @@ def test_build_resumes_after_kill(tmp_path) -> None:
     assert fresh["dataset_sha256"] == m["dataset_sha256"]
 
 
+@pytest.mark.starts_first(seconds=60)
 def test_tiny_sft_exports_a_swift_that_opens_by_name(tmp_path, dataset, finetune_base, monkeypatch) -> None:
     pytest.importorskip("trl")
     from metacog_fast.finetune.export import ExportConfig, export_gguf

@@ -159,6 +159,7 @@ SCORING_MEMORY = textwrap.dedent("""
 
 # 592 s on the shared 2-core machine under load, 3.5 min of CPU (compiling the core, unpacking torch and
 # sentence-transformers' stack). It stays in the CI suite: it is the only check that the core installs alone.
+@pytest.mark.starts_first(seconds=130)
 @pytest.mark.timeout(3000)
 def test_core_install_in_a_fresh_venv(tmp_path: Path) -> None:
     if not any(shutil.which(c) for c in ("c++", "g++", "clang++")):

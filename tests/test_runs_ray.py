@@ -94,6 +94,7 @@ def _without_timings(x):
     return x
 
 
+@pytest.mark.starts_first(seconds=40)
 def test_alfworld_on_ray_matches_an_inline_run_episode_for_episode(tmp_path, cluster):
     """Reflexion on 2 games of 2 task types (one task per type), 2 episodes each: the second
     episode's prompt carries the first one's reflection, so group state is exercised. The local side

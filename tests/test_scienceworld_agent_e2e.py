@@ -37,6 +37,7 @@ def _episodes(out: str) -> dict[str, dict]:
     return eps
 
 
+@pytest.mark.starts_first(seconds=40)
 def test_one_episode_per_configuration(run) -> None:
     out, _, res = run
     assert res["tasks"][0]["episodes"] == 4

@@ -55,6 +55,7 @@ def _moves(run_frames: list[dict], name: str) -> list[str]:
     return [ag["action"] for f in run_frames for ag in f["agents"] if ag["name"] == name]
 
 
+@pytest.mark.starts_first(seconds=35)
 def test_town_agents_keep_their_targets(tmp_path, encoder):
     """Five steps of a three-agent zombie town: agents go on toward their targets (today's lettered
     choice never took the option in 18 decisions of the same town) and nobody walks back and forth
