@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from metacog_fast.llm.llama_session import text_logprobs
 from metacog_fast.llm.params import find_stop
 
 GEMM_ROWS = 64
@@ -79,6 +80,8 @@ class SeqRequest:
     """Seed of this sequence's sampler."""
     stop: tuple[str, ...] = ()
     """Stop strings; the text ends before the first one."""
+    logprobs: bool = False
+    """Also return each generated token's log-probability under the model (``SeqSample.token_logprobs``)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,10 @@ class SeqSample:
     prefill_seconds: float
     decode_seconds: float
     cached_tokens: int
+    token_logprobs: tuple[float, ...] | None = None
+    """With ``logprobs``: as ``llama_session.Sample.token_logprobs``."""
+    token_ends: tuple[int, ...] | None = None
+    """With ``logprobs``: as ``llama_session.Sample.token_ends``."""
 
 
 @dataclass
@@ -402,6 +409,9 @@ class LlamaBatchEngine:
         out_toks: list[list[int]] = [[] for _ in range(n)]
         bufs = [b""] * n
         texts: list[str | None] = [None] * n
+        cuts: list[int | None] = [None] * n
+        lps: list[list[float]] = [[] for _ in range(n)]
+        ends: list[list[int]] = [[] for _ in range(n)]
         finish = ["length"] * n
         t_end = [t_prefill] * n
         rows: dict[int, np.ndarray] = {k: last[group[k]] for k in range(n)}  # type: ignore[misc]
@@ -420,11 +430,15 @@ class LlamaBatchEngine:
                     else:
                         out_toks[k].append(tok)
                         bufs[k] += self.llama.detokenize([tok])
+                        if r.logprobs:
+                            lps[k].append(float(rows[k][tok]) - _logsumexp(rows[k]))
+                            ends[k].append(len(bufs[k].decode("utf-8", errors="ignore")))
                         if r.stop:
                             decoded = bufs[k].decode("utf-8", errors="ignore")
                             cut = find_stop(decoded, r.stop)
                             if cut >= 0:
                                 texts[k], finish[k], done = decoded[:cut], "stop", True
+                                cuts[k] = cut
                         if not done and len(out_toks[k]) >= limits[k]:
                             done = True
                     if done:
@@ -451,6 +465,8 @@ class LlamaBatchEngine:
             out.append(SeqSample(
                 text=text, tokens=out_toks[k], finish_reason=finish[k], seconds=t_end[k] - t0,
                 prefill_seconds=t_prefill - t0, decode_seconds=t_end[k] - t_prefill, cached_tokens=keep[group[k]],
+                **(dict(zip(("token_logprobs", "token_ends"), text_logprobs(lps[k], ends[k], cuts[k])))
+                   if r.logprobs else {}),
             ))
         return out
 

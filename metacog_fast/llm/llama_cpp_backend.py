@@ -66,6 +66,8 @@ class LlamaCppLLM(LLM):
     and decodes each option from there.
     """
 
+    supports_logprobs = True
+
     def __init__(self, config: LlamaCppConfig | None = None) -> None:
         cfg = config or LlamaCppConfig()
         super().__init__(budget=cfg.budget, seed=cfg.seed)
@@ -178,6 +180,7 @@ class LlamaCppLLM(LLM):
                 max_tokens=params.max_tokens,
                 stop=params.stop,
                 grammar=grammar,
+                logprobs=params.logprobs,
             )
             out.append(
                 Completion(
@@ -189,6 +192,8 @@ class LlamaCppLLM(LLM):
                     prefill_seconds=s.prefill_seconds,
                     decode_seconds=s.decode_seconds,
                     cached_tokens=s.cached_tokens,
+                    token_logprobs=s.token_logprobs,
+                    token_ends=s.token_ends,
                 )
             )
         return out
@@ -210,7 +215,7 @@ class LlamaCppLLM(LLM):
 
         reqs = [
             SeqRequest(tokens=self._prompt_tokens(p), max_tokens=sp.max_tokens, temperature=sp.temperature,
-                       top_p=sp.top_p, seed=int(sp.seed or 0), stop=sp.stop)
+                       top_p=sp.top_p, seed=int(sp.seed or 0), stop=sp.stop, logprobs=sp.logprobs)
             for p, sp in zip(prompts, params)
         ]
         out = []
@@ -218,7 +223,7 @@ class LlamaCppLLM(LLM):
             out.append(Completion(
                 text=s.text, prompt_tokens=len(r.tokens), completion_tokens=len(s.tokens), seconds=s.seconds,
                 finish_reason=s.finish_reason, prefill_seconds=s.prefill_seconds, decode_seconds=s.decode_seconds,
-                cached_tokens=s.cached_tokens,
+                cached_tokens=s.cached_tokens, token_logprobs=s.token_logprobs, token_ends=s.token_ends,
             ))
         return out
 

@@ -28,6 +28,19 @@ class Sample:
     prefill_seconds: float
     decode_seconds: float
     cached_tokens: int
+    token_logprobs: tuple[float, ...] | None = None
+    """With ``logprobs``: log-softmax of the raw logits at each token of ``text`` (see ``text_logprobs``)."""
+    token_ends: tuple[int, ...] | None = None
+    """With ``logprobs``: where each of those tokens ends in ``text`` (characters; the last may exceed it)."""
+
+
+def text_logprobs(logprobs: Sequence[float], ends: Sequence[int], cut: int | None
+                  ) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """(log-probabilities, end offsets) of the tokens that make up the returned text: those that start
+    before ``cut`` (the stop string's offset in the decoded text; None: every token). ``ends[i]``:
+    length of the decoded text after token ``i``."""
+    keep = [i for i in range(len(logprobs)) if cut is None or (ends[i - 1] if i else 0) < cut]
+    return tuple(logprobs[i] for i in keep), tuple(ends[i] for i in keep)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -83,6 +96,7 @@ class LlamaSession:
         max_tokens: int,
         stop: tuple[str, ...] = (),
         grammar: Any = None,
+        logprobs: bool = False,
     ) -> Sample:
         """Generate one continuation of ``prompt_tokens``.
 
@@ -90,6 +104,8 @@ class LlamaSession:
         penalty are disabled so that the distribution is the model's own.
         ``Llama.generate`` reuses the cached prefix; consecutive samples of the
         same prompt therefore evaluate only the prompt's last token again.
+        ``logprobs``: each token's log-probability under the model, read from the logits
+        the sampler saw (a log-softmax per generated token; nothing else changes).
         """
         ll = self.llama
         room = self.n_ctx - len(prompt_tokens)
@@ -107,6 +123,9 @@ class LlamaSession:
         out: list[int] = []
         buf = b""
         text: str | None = None  # set when a stop string fired
+        cut: int | None = None
+        lps: list[float] = []
+        ends: list[int] = []
         finish = "length"
         gen = ll.generate(
             prompt_tokens,
@@ -125,13 +144,18 @@ class LlamaSession:
                 if self._is_eog(tok):
                     finish = "stop"
                     break
+                if logprobs:  # the logits of the position just sampled from (the context's last output row)
+                    row = np.ctypeslib.as_array(ll._ctx.get_logits_ith(-1), shape=(self.n_vocab,))
+                    lps.append(float(row[tok]) - _logsumexp(row))
                 out.append(tok)
                 buf += ll.detokenize([tok])
+                if logprobs:
+                    ends.append(len(buf.decode("utf-8", errors="ignore")))
                 if stop:
                     decoded = buf.decode("utf-8", errors="ignore")
-                    cut = find_stop(decoded, stop)
-                    if cut >= 0:
-                        text = decoded[:cut]
+                    at = find_stop(decoded, stop)
+                    if at >= 0:
+                        text, cut = decoded[:at], at
                         finish = "stop"
                         break
                 if len(out) >= max_tokens:
@@ -150,6 +174,7 @@ class LlamaSession:
             prefill_seconds=t_first - t0,
             decode_seconds=t_end - t_first,
             cached_tokens=cached,
+            **(dict(zip(("token_logprobs", "token_ends"), text_logprobs(lps, ends, cut))) if logprobs else {}),
         )
 
     # -------------------------------------------------------------- scoring

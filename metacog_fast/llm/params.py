@@ -26,6 +26,8 @@ class SamplingParams:
     """Stop strings; generation ends before the first one and the text excludes it."""
     seed: int | None = None
     """Seed of sample 0 (sample i uses seed + i); ``None`` draws one from the backend's seeded generator."""
+    logprobs: bool = False
+    """Also return each generated token's log-probability under the model (``Completion.token_logprobs``)."""
 
 
 def check_prompt(prompt: Any) -> str:
@@ -62,7 +64,7 @@ def check_options(options: Any, name: str = "options") -> list[str]:
 
 
 def make_params(
-    *, n: Any, temperature: Any, top_p: Any, max_tokens: Any, stop: Any, seed: Any
+    *, n: Any, temperature: Any, top_p: Any, max_tokens: Any, stop: Any, seed: Any, logprobs: Any = False
 ) -> SamplingParams:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n: expected an int >= 1, got {n!r}")
@@ -85,7 +87,10 @@ def make_params(
             raise ValueError(f"stop[{i}]: expected a non-empty string, got {s!r:.80}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
         raise ValueError(f"seed: expected None or an int in [0, {MAX_SEED}], got {seed!r}")
-    return SamplingParams(n=n, temperature=float(temperature), top_p=float(top_p), max_tokens=max_tokens, stop=stops, seed=seed)
+    if not isinstance(logprobs, bool):
+        raise ValueError(f"logprobs: expected a bool, got {logprobs!r:.80}")
+    return SamplingParams(n=n, temperature=float(temperature), top_p=float(top_p), max_tokens=max_tokens, stop=stops,
+                          seed=seed, logprobs=logprobs)
 
 
 def find_stop(text: str, stops: tuple[str, ...]) -> int:

@@ -79,16 +79,21 @@ class LLM(ABC):
         stop: str | list[str] | None = None,
         seed: int | None = None,
         choices: list[str] | None = None,
+        logprobs: bool = False,
     ) -> list[Completion]:
         """Continue ``prompt``; returns ``n`` samples.
 
         With ``choices``, every sample's text is exactly one of them (see
         :meth:`generate_choice`); ``stop`` must then be ``None`` and
         ``max_tokens`` is raised as needed to fit the longest option.
+        ``logprobs``: fill each sample's ``token_logprobs`` (backends with
+        :attr:`supports_logprobs` only; not with ``choices``).
         """
         check_prompt(prompt)
-        params = self._params(n, temperature, top_p, max_tokens, stop, seed)
+        params = self._params(n, temperature, top_p, max_tokens, stop, seed, logprobs)
         if choices is not None:
+            if params.logprobs:
+                raise ValueError("logprobs: not available with choices (use choose() for option log-likelihoods)")
             return self._choice_call("complete", prompt, None, check_options(choices, "choices"), params)
         return self._call("complete", lambda: self._generate(prompt, params), params.n)
 
@@ -152,6 +157,7 @@ class LLM(ABC):
         max_tokens: int | Sequence[int] = 64,
         stop: str | list[str] | None | Sequence[str | list[str] | None] = None,
         seed: int | None | Sequence[int | None] = None,
+        logprobs: bool = False,
     ) -> list[Completion]:
         """One continuation of each prompt, all in one call (the backend batches them where it can).
 
@@ -161,8 +167,9 @@ class LLM(ABC):
         Duplicate prompts (``n`` samples of one prompt) share their prompt evaluation.
         Returns one :class:`Completion` per prompt, in order. The call counts once
         against the budget (like ``n`` samples) and is recorded as kind ``"generate_many"``.
+        ``logprobs``: fill every completion's ``token_logprobs`` (as :meth:`complete`).
         """
-        plist, params = self._many_params(prompts, temperature, top_p, max_tokens, stop, seed)
+        plist, params = self._many_params(prompts, temperature, top_p, max_tokens, stop, seed, logprobs)
         self._ensure_open()
         self.usage.check(self.budget)
         t0 = time.perf_counter()
@@ -211,6 +218,10 @@ class LLM(ABC):
             cached_tokens=sum(r.cached_tokens or 0 for r in results),
         ))
         return out
+
+    supports_logprobs: bool = False
+    """Whether ``complete`` / ``generate_many`` can return ``token_logprobs`` (``logprobs=True``);
+    a backend without them raises ValueError when asked."""
 
     @property
     def max_sequences(self) -> int | None:
@@ -264,8 +275,12 @@ class LLM(ABC):
         )
 
     # ---------------------------------------------------------------- internals
-    def _params(self, n: Any, temperature: Any, top_p: Any, max_tokens: Any, stop: Any, seed: Any) -> SamplingParams:
-        params = make_params(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop=stop, seed=seed)
+    def _params(self, n: Any, temperature: Any, top_p: Any, max_tokens: Any, stop: Any, seed: Any,
+                logprobs: Any = False) -> SamplingParams:
+        params = make_params(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop=stop, seed=seed,
+                             logprobs=logprobs)
+        if params.logprobs and not self.supports_logprobs:
+            raise ValueError(f"logprobs: the {type(self).__name__} backend does not return token log-probabilities")
         if params.seed is None:
             params = SamplingParams(
                 n=params.n,
@@ -274,6 +289,7 @@ class LLM(ABC):
                 max_tokens=params.max_tokens,
                 stop=params.stop,
                 seed=self._rng.randrange(0, 2**31),
+                logprobs=params.logprobs,
             )
         return params
 
@@ -290,7 +306,7 @@ class LLM(ABC):
         return out
 
     def _many_params(
-        self, prompts: Any, temperature: Any, top_p: Any, max_tokens: Any, stop: Any, seed: Any
+        self, prompts: Any, temperature: Any, top_p: Any, max_tokens: Any, stop: Any, seed: Any, logprobs: Any = False
     ) -> tuple[list[str], list[SamplingParams]]:
         plist = self._check_prompts(prompts)
         n = len(plist)
@@ -315,8 +331,10 @@ class LLM(ABC):
         params = []
         for i in range(n):
             try:
-                params.append(self._params(1, temps[i], tops[i], maxes[i], stops[i], seeds[i]))
+                params.append(self._params(1, temps[i], tops[i], maxes[i], stops[i], seeds[i], logprobs))
             except ValueError as exc:
+                if str(exc).startswith("logprobs:"):
+                    raise
                 raise ValueError(f"prompts[{i}]: {exc}") from None
         return plist, params
 

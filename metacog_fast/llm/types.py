@@ -42,6 +42,13 @@ class Completion:
     """For constrained generation: the index of the option the text equals."""
     constrained_by: str | None = None
     """For constrained generation: ``"grammar"`` (GBNF), ``"guided_choice"`` (vLLM) or ``"choose"`` (fallback: likelihood ranking)."""
+    token_logprobs: tuple[float, ...] | None = None
+    """With ``logprobs=True``: the natural-log probability of each generated token that makes up ``text``
+    (a token holding the stop string is left out unless part of it precedes the stop), under the
+    model's own distribution (log-softmax of the logits: no temperature, no top-p); else ``None``."""
+    token_ends: tuple[int, ...] | None = None
+    """With ``logprobs=True``: the character offset in ``text`` at which each of those tokens ends (the
+    last one may end past ``text`` when it holds the start of the stop string); else ``None``."""
 
 
 class Choice(NamedTuple):
