@@ -35,6 +35,7 @@ from metacog_fast.town.generative.memory import MemoryStream, PendingMemory, Thr
 from metacog_fast.llm import BudgetExhausted
 from metacog_fast.memory import MemoryStore, ShortTermMemory
 from metacog_fast.memory.lockfile import StoreLock
+from metacog_fast.town import mechanics as mech
 from metacog_fast.town.llm_adapter import SimLLM, StepCancelled
 from metacog_fast.town.loader import Scenario
 from metacog_fast.town.rules import ZombieHorde, ZombieRules, flee_cell
@@ -267,6 +268,8 @@ class Simulation:
                 ru = self.sc.rules
                 lines.append(f"the Christmas party is at the {ru['location']} at step {ru['start_step']}"
                              f" ({self._clock_at(ru['start_step'])})")
+            for who, victims in mech.evidence_against(a.knows).items():
+                lines.append(f"{who} attacked {', '.join(victims)}")
         self.events_prev = []
         now = self.now()
         stm = self.memory.short_term
@@ -326,41 +329,71 @@ class Simulation:
 
     # ------------------------------------------------------------------ options
     def options(self, a: GenerativeAgent, notices: list[str]) -> list[Action]:
-        opts: list[Action] = []
+        """The agent's action options, at most ``max_options``.
+
+        An agent on its way to a target it has not reached is offered "keep going" and no other
+        place: a step's choice does not re-target it (run 3's agents, re-choosing a place every
+        step, walked back and forth and never arrived; results/sim/diagnosis/run3.md). The target
+        changes through the plan, ``meta_cognize``, fleeing, or a scenario option (the party).
+        Scenario options and ``meta_cognize`` are never cut to fit ``max_options``: places,
+        conversations and objects are."""
         m = a.mind
-        if m.target and self.place_of(a.pos) != m.target:
-            opts.append(Action("continue", f"keep going to the {m.target}", m.target))
-        else:
-            opts.append(Action("stay", "stay where I am"))
-        threats = self._threats_near(a)
-        if len(threats):
-            opts.append(Action("flee", "run away from the zombies"))
-        here = self.place_of(a.pos)
-        others = sorted((p for p in self.places if p != here and p != m.target),
-                        key=lambda p: abs(self.world.location_field(p)[a.pos[1], a.pos[0]]))
-        for p in others[:3]:
-            opts.append(Action("move", f"go to the {p}", p))
-        near = self._agents_near(a, self.sc.perception_range)
-        for b in near[:2]:
-            opts.append(Action("talk", f"talk to {b.name}", b.name))
-        for o in self.world.objects_near(a.pos[0], a.pos[1], 2.0)[:1]:
-            opts.append(Action("use", f"{o.actions[0]} the {o.name}", o.name))
         rules = self.sc.rules
+        here = self.place_of(a.pos)
+        en_route = bool(m.target) and here != m.target
+        party_opt, party_keep = None, None
+        if rules["type"] == "party" and mech.PARTY in a.knows:
+            party_opt, party_keep = mech.party_options(self.step_no, rules, here, m.target)
+        first: list[Action] = []
+        if en_route:
+            first.append(Action("continue", party_keep or f"keep going to the {m.target}", m.target))
+        if party_opt is not None and party_opt.kind == "stay":
+            first.append(Action("stay", party_opt.label, here))
+        elif not en_route:
+            first.append(Action("stay", "stay where I am"))
+        if len(self._threats_near(a)):
+            first.append(Action("flee", "run away from the zombies"))
+        if party_opt is not None and party_opt.kind == "move":
+            first.append(party_opt)
+        near = self._agents_near(a, self.sc.perception_range)
         if rules["type"] == "mystery":
-            if a.role == "murderer" and self.step_no - self.last_kill_step >= rules["kill_cooldown"]:
-                for b in self._agents_near(a, rules["kill_range"])[:1]:
-                    opts.append(Action("attack", f"attack {b.name}", b.name))
-            if a.role == "detective":
-                for b in near[:2]:
-                    opts.append(Action("accuse", f"accuse {b.name} of murder", b.name))
-        if rules["type"] == "party" and "party" in a.knows:
+            first += self._mystery_options(a, near)
+        if rules["type"] == "party" and mech.PARTY in a.knows:
             for b in near:
                 if b.name not in self.invited and b.name != rules["host"]:
-                    opts.append(Action("invite", f"invite {b.name} to the Christmas party", b.name))
+                    first.append(Action("invite", f"invite {b.name} to the Christmas party", b.name))
                     break
-        if self.cfg.features.metacognition:
-            opts.append(Action("meta_cognize", "stop and think about my goal and strategy (meta_cognize)"))
-        return opts[: self.cfg.agent.max_options]
+        rest: list[Action] = []
+        if not en_route:
+            party_loc = rules.get("location") if party_opt is not None else None
+            others = sorted((p for p in self.places if p != here and p != m.target and p != party_loc),
+                            key=lambda p: abs(self.world.location_field(p)[a.pos[1], a.pos[0]]))
+            rest += [Action("move", f"go to the {p}", p) for p in others[:3]]
+        rest += [Action("talk", f"talk to {b.name}", b.name) for b in near[:2]]
+        rest += [Action("use", f"{o.actions[0]} the {o.name}", o.name)
+                 for o in self.world.objects_near(a.pos[0], a.pos[1], 2.0)[:1]]
+        last = [Action("meta_cognize", "stop and think about my goal and strategy (meta_cognize)")] \
+            if self.cfg.features.metacognition else []
+        room = max(0, self.cfg.agent.max_options - len(first) - len(last))
+        return (first + rest[:room] + last)[: max(self.cfg.agent.max_options, len(first) + len(last))]
+
+    def _mystery_options(self, a: GenerativeAgent, near: list[GenerativeAgent]) -> list[Action]:
+        """The murderer: attack someone within ``kill_range``, else follow the nearest person in
+        sight (run 3's murderer stood next to someone in 4 of 300 steps); both only after the
+        cooldown. The detective: accuse each person it holds evidence against (seen or told)."""
+        rules = self.sc.rules
+        out: list[Action] = []
+        if a.role == "murderer" and self.step_no - self.last_kill_step >= rules["kill_cooldown"]:
+            reach = self._agents_near(a, rules["kill_range"])
+            if reach:
+                out.append(Action("attack", f"attack {reach[0].name}", reach[0].name))
+            elif near:
+                out.append(Action("follow", f"follow {near[0].name}", near[0].name))
+        if a.role == "detective":
+            for suspect in mech.evidence_against(a.knows):
+                if suspect != a.name and suspect in self.by_name:
+                    out.append(Action("accuse", f"accuse {suspect} of murder", suspect))
+        return out
 
     def _agents_near(self, a: GenerativeAgent, radius: float) -> list[GenerativeAgent]:
         out = [b for b in self.agents if b.alive and b is not a
@@ -450,6 +483,10 @@ class Simulation:
             if act.kind == "move":
                 a.mind.target = act.target
             a.pos = self.world.step_towards(a.pos, self.world.location_field(act.target), speed)
+        elif act.kind == "stay" and act.target in self.places:
+            a.mind.target = act.target  # staying at a place (the party) ends any trip elsewhere
+        elif act.kind == "follow" and act.target in self.by_name and self.by_name[act.target].alive:
+            a.pos = mech.follow_step(self.world, a.pos, self.by_name[act.target].pos, speed)
         elif act.kind == "flee":
             a.pos = flee_cell(self.world, a.pos, self._threats_near(a), speed)
         elif act.kind == "use":
@@ -461,8 +498,8 @@ class Simulation:
                     if who in self.by_name and self.by_name[who].alive:
                         self.pending.append(PendingMemory(who, text, "conversation", place))
                 events.append({"agent": speaker, "kind": "talk", "text": text})
-            if "party" in a.knows and act.target in self.by_name and self.sc.rules["type"] == "party":
-                self._invite(a, self.by_name[act.target], events)
+            if act.target in self.by_name and self.by_name[act.target].alive:
+                self._share(a, self.by_name[act.target], events)
         elif act.kind == "invite" and act.target in self.by_name:
             self._invite(a, self.by_name[act.target], events)
         elif act.kind == "attack" and act.target in self.by_name:
@@ -473,6 +510,8 @@ class Simulation:
                 self.kills.append((self.step_no, a.name, v.name))
                 self.last_kill_step = self.step_no
                 witnesses = [b.name for b in self._agents_near(v, self.sc.perception_range) if b is not a]
+                for w in witnesses:
+                    self.by_name[w].knows.add(mech.attack_fact(a.name, v.name))
                 self.events_prev.append((f"saw {a.name} attack {v.name} at the {place}", witnesses))
                 events.append({"agent": a.name, "kind": "attack", "text": f"{a.name} killed {v.name} at the {place}"})
         elif act.kind == "accuse" and act.target:
@@ -481,9 +520,25 @@ class Simulation:
             self.events_prev.append((f"{a.name} accused {act.target} of murder", witnesses))
             events.append({"agent": a.name, "kind": "accuse", "text": f"{a.name} accused {act.target}"})
 
+    def _share(self, a: GenerativeAgent, b: GenerativeAgent, events: list[dict[str, Any]]) -> None:
+        """Two agents talked: each learns what the other knows (the party as an invitation,
+        evidence as a told fact both remember)."""
+        party = self.sc.rules["type"] == "party"
+        if party and (mech.PARTY in a.knows) != (mech.PARTY in b.knows):
+            host, guest = (a, b) if mech.PARTY in a.knows else (b, a)
+            self._invite(host, guest, events)
+        ka, kb = {f for f in a.knows if f != mech.PARTY}, {f for f in b.knows if f != mech.PARTY}
+        place = self.place_of(a.pos)
+        for t in mech.share(a.name, ka, b.name, kb):
+            self.by_name[t.hearer].knows.add(t.fact)
+            text = f"{t.teller} told {t.hearer} that {mech.fact_text(t.fact, self.sc.rules, '')}"
+            for who in (t.teller, t.hearer):
+                self.pending.append(PendingMemory(who, text, "conversation", place))
+            events.append({"agent": t.teller, "kind": "tell", "text": text})
+
     def _invite(self, host: GenerativeAgent, guest: GenerativeAgent, events: list[dict[str, Any]]) -> None:
         ru = self.sc.rules
-        if guest.name in self.invited or guest.name == ru["host"]:
+        if guest.name == ru["host"] or (guest.name in self.invited and mech.PARTY in guest.knows):
             return
         self.invited.add(guest.name)
         guest.knows.add("party")

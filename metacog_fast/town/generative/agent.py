@@ -116,7 +116,7 @@ class Action:
     """One option of the action list."""
 
     kind: str
-    """continue, stay, move, talk, use, flee, meta_cognize, attack, accuse, invite."""
+    """continue, stay, move, talk, use, flee, meta_cognize, attack, follow, accuse, invite."""
     label: str
     """Text shown to the LLM, e.g. ``"move to the Bunker"``."""
     target: str | None = None
