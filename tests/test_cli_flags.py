@@ -68,6 +68,7 @@ REQUIRED = {  # the words a command needs (its required flags), nothing else
     "train learn": "",
     "train learn-all": "",
     "train learn-report": "",
+    "train export": "s --out o",
     "report scienceworld-swift": "r --out o",
     "finetune data": "--out o",
     "finetune dagger": "--out o",
@@ -86,7 +87,7 @@ REQUIRED = {  # the words a command needs (its required flags), nothing else
     "demo": "",
 }
 GIVEN = {("run alfworld", "agent"), ("adapt metaworld", "checkpoint"), ("train assess", "checkpoint"),
-         ("train assess", "out")}
+         ("train assess", "out"), ("train export", "source"), ("train export", "out")}
 """(command, field) whose value ``REQUIRED`` gives (they are required flags)."""
 
 

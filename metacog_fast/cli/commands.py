@@ -60,6 +60,8 @@ COMMANDS: tuple[Command, ...] = (
             "metacog_fast.metaworld.cli:attach_learn_all"),
     Command(("train", "learn-report"), "learning curves of `train learn` runs beside the published DreamerV3 ones",
             "metacog_fast.metaworld.cli:attach_learn_report"),
+    Command(("train", "export"), "a checkpoint's acting weights (fp16, ~5 MB, model.json) for MuseWMAgent.from_pretrained",
+            "metacog_fast.metaworld.cli:attach_export"),
     Command(("adapt", "metaworld"), "deployment adaptation on the novel tasks from a pre-trained checkpoint",
             "metacog_fast.metaworld.cli:attach_adapt"),
     Command(("run", "alfworld"), "ALFWorld language agents (ReAct, Reflexion, MUSE, FCRF)",

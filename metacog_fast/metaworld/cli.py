@@ -1,5 +1,5 @@
 """``metacog train metaworld``, ``metacog adapt metaworld``, ``metacog train assess``, ``metacog train learn``,
-``metacog train learn-all`` and ``metacog train learn-report``.
+``metacog train learn-all``, ``metacog train learn-report`` and ``metacog train export``.
 
 Each command line is a dataclass read by tyro (:mod:`metacog_fast.cli.dataclass_args`): views of
 :class:`~metacog_fast.metaworld.train.jobs.TrainJob`, :class:`~metacog_fast.metaworld.train.jobs.AdaptJob`
@@ -17,6 +17,8 @@ from metacog_fast.metaworld.learn.config import LearnConfig, LearnJob, LearnMode
 from metacog_fast.metaworld.learn.report import LearnReportConfig
 from metacog_fast.metaworld.learn.schedule import LearnSchedule
 from metacog_fast.metaworld.models.dreamer import PRECISIONS
+from metacog_fast.metaworld.muse_wm.export import PRECISIONS as EXPORT_PRECISIONS
+from metacog_fast.metaworld.muse_wm.export import ExportConfig, check_source
 from metacog_fast.metaworld.train.assess import AssessConfig
 from metacog_fast.metaworld.train.jobs import AdaptJob, TrainJob
 
@@ -34,6 +36,8 @@ LearnBaseFlags = view(LearnConfig, skip=("task", "seed"), nested={"model": Learn
 """What every run of ``learn-all`` shares (its schedule names the tasks and seeds)."""
 ScheduleFlags = view(LearnSchedule)
 LearnReportFlags = view(LearnReportConfig)
+ExportFlags = view(ExportConfig, positional=("source",), required=("source", "out"),
+                   choices={"precision": EXPORT_PRECISIONS}, checks={"source": check_source})
 
 
 @dataclass
@@ -135,6 +139,39 @@ def _learn_report(a: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass
+class ExportCommand:
+    """A checkpoint's acting weights (fp16, ~5 MB, with model.json) for MuseWMAgent.from_pretrained."""
+
+    export: ExportFlags
+
+
+def _export(a: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from metacog_fast.metaworld.learn.records import eval_key
+    from metacog_fast.metaworld.muse_wm.checkpoint import resolve_checkpoint
+    from metacog_fast.metaworld.muse_wm.export import export_acting
+
+    cfg = build(parse(a, ExportCommand).export)
+    stem = resolve_checkpoint(cfg.source)
+    measured = None
+    if Path(cfg.source).is_dir() and stem.with_suffix(".json").exists():
+        # a learning run: the evaluation taken at the checkpoint's own env step measured these weights
+        steps = json.loads(stem.with_suffix(".json").read_text()).get("meta", {}).get("env_steps")
+        rec = Path(cfg.source) / f"{eval_key(steps)}.json" if isinstance(steps, int) else None
+        if rec is not None and rec.is_file():
+            ev = json.loads(rec.read_text())
+            measured = {k: ev[k] for k in ("task", "env_steps", "n", "success", "final_success", "return_mean") if k in ev}
+            measured["record"] = str(rec)
+    out = export_acting(cfg.source, cfg.out, cfg.precision, measured=measured, name=cfg.name)
+    doc = json.loads(out.read_text())
+    print(f"{out.parent}: {doc['parameters']:,} parameters, {doc['bytes'] / 1e6:.1f} MB ({doc['precision']}); "
+          f"measured: {'none recorded' if measured is None else measured.get('final_success')}")
+    return 0
+
+
 def _attach(p: argparse.ArgumentParser, command: type, func) -> None:
     add_command(p, command)
     p.set_defaults(func=func)
@@ -168,3 +205,8 @@ def attach_learn_all(p: argparse.ArgumentParser) -> None:
 def attach_learn_report(p: argparse.ArgumentParser) -> None:
     """Fills ``metacog train learn-report``."""
     _attach(p, LearnReportCommand, _learn_report)
+
+
+def attach_export(p: argparse.ArgumentParser) -> None:
+    """Fills ``metacog train export``."""
+    _attach(p, ExportCommand, _export)

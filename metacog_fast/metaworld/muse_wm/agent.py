@@ -7,7 +7,8 @@ with H = 0, which is the plain actor sample. The recurrence uses the real poster
 executed action (h_{t+1} = f(h_t, z_t^post, a_t), computed by the next ``rssm_obs_step``);
 the regulated ``h_next`` of Algorithm 1 only serves the decision.
 
-    agent = MuseWMAgent.from_checkpoint("runs/x/pretrained")
+    agent = MuseWMAgent.from_checkpoint("runs/x/pretrained")   # or a `metacog train learn` run folder
+    agent = MuseWMAgent.from_pretrained("models/reach")       # an export: fp16, ~5 MB, model.json
     agent.reset()
     a = agent.act(obs)        # obs [O] float32 -> a [A] in [-1, 1]
     agent.psi                 # [N] self-assessment of the current state
@@ -129,8 +130,19 @@ class MuseWMAgent:
         return a_t[0].copy()
 
     @classmethod
+    def from_pretrained(cls, name_or_path: str | Path, act: ActConfig | None = None, seed: int | None = 0) -> "MuseWMAgent":
+        """Load an acting export (``metacog train export``: ``acting.safetensors`` fp16 + ``model.json``,
+        checked against its sha256) from a folder, or by the name of one shipped in the package
+        (:func:`metacog_fast.metaworld.muse_wm.export.pretrained_names`). ``act`` overrides the
+        exported acting config (e.g. ``ActConfig(self_regulation=False)`` for Dreamer-v3)."""
+        from metacog_fast.metaworld.muse_wm.export import load_pretrained
+
+        ck, _ = load_pretrained(name_or_path)
+        return cls(ck.weights, ck.encoder, act or ck.act, classes=ck.classes, seed=seed)
+
+    @classmethod
     def from_checkpoint(cls, path: str | Path, act: ActConfig | None = None, seed: int | None = 0) -> "MuseWMAgent":
-        """Load ``<path>.safetensors`` + ``<path>.json`` written by :mod:`metacog_fast.metaworld.train.checkpoint`
-        (only what acting needs: :func:`metacog_fast.metaworld.muse_wm.checkpoint.load_acting_weights`)."""
+        """Load ``<path>.safetensors`` + ``<path>.json`` written by :mod:`metacog_fast.metaworld.train.checkpoint`,
+        or a learning run's folder (its ``ckpt/latest``; only what acting needs: :func:`metacog_fast.metaworld.muse_wm.checkpoint.load_acting_weights`)."""
         ck = load_acting_weights(path)
         return cls(ck.weights, ck.encoder, act or ck.act, classes=ck.classes, seed=seed)

@@ -1,5 +1,6 @@
 """What acting needs from a training checkpoint (``<stem>.safetensors`` + ``<stem>.json`` written by
-metacog_fast.metaworld.train.checkpoint), read without building the model or the training config."""
+metacog_fast.metaworld.train.checkpoint) or from a learning run's folder (its ``ckpt/latest``), read
+without building the model or the training config."""
 from __future__ import annotations
 
 import json
@@ -24,9 +25,25 @@ class ActingCheckpoint:
     encoder: dict[str, np.ndarray]
     """The observation encoder's state_dict."""
     act: ActConfig
-    """The acting config the run saved (``config.act``)."""
+    """The acting config the run saved (``config.act``); a learning run saves none: Dreamer-v3
+    (``self_regulation=False``) unless its model trained the self-assessment head (``model.muse``)."""
     classes: int
     """Classes per categorical group C (``config.model.C``)."""
+
+
+def resolve_checkpoint(source: str | os.PathLike) -> Path:
+    """The checkpoint stem of ``source``: a learning run's folder (its ``ckpt/latest``), or a
+    checkpoint given as its stem, its ``.json`` or its ``.safetensors``."""
+    p = Path(source)
+    if p.is_dir():
+        latest = p / "ckpt" / "latest"
+        if latest.with_suffix(".json").exists():
+            return latest
+        raise ValueError(f"source: {p} is a folder without ckpt/latest.json (expected a `metacog train learn` run "
+                         "folder or a checkpoint stem)")
+    if p.suffix in (".json", ".safetensors"):
+        p = p.with_suffix("")
+    return p
 
 
 def _doc(stem: str | os.PathLike) -> dict[str, Any]:
@@ -36,7 +53,7 @@ def _doc(stem: str | os.PathLike) -> dict[str, Any]:
     try:
         doc = json.loads(jp.read_text())
         cfg = doc["config"]
-        cfg["act"], cfg["model"]["C"]  # noqa: B018 - both are required
+        cfg["model"]["C"]  # noqa: B018 - required
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"checkpoint: {jp} is not a valid checkpoint JSON ({exc})") from exc
     return doc
@@ -65,21 +82,26 @@ def checked_tensor_file(stem: str | os.PathLike, doc: dict[str, Any]) -> Path:
 
 
 def load_acting_weights(stem: str | os.PathLike) -> ActingCheckpoint:
-    """Weights, encoder, acting config and C of the checkpoint at ``stem``, as numpy (the tensor file
-    checked against the JSON's digest first: :func:`checked_tensor_file`)."""
+    """Weights, encoder, acting config and C of the checkpoint at ``stem`` (or of a learning run's
+    folder: :func:`resolve_checkpoint`), as numpy (the tensor file checked against the JSON's digest
+    first: :func:`checked_tensor_file`)."""
     from safetensors.numpy import load_file
 
+    stem = resolve_checkpoint(stem)
     doc = _doc(stem)
     cfg = doc["config"]
     known = {f.name for f in fields(ActConfig)}
-    act_d = cfg["act"]
-    unknown = sorted(set(act_d) - known)
-    if unknown:
-        raise ValueError(f"checkpoint: config.act has unknown keys {unknown}")
+    act_d = cfg.get("act")
+    if act_d is not None:
+        unknown = sorted(set(act_d) - known)
+        if unknown:
+            raise ValueError(f"checkpoint: config.act has unknown keys {unknown}")
     st_path = checked_tensor_file(stem, doc)
     tensors = load_file(str(st_path))
     w = {k[5:]: v for k, v in tensors.items() if k.startswith("rssm.")}
     enc = {k[8:]: v for k, v in tensors.items() if k.startswith("encoder.")}
     if not w or not enc:
         raise ValueError(f"checkpoint {st_path}: expected 'rssm.*' and 'encoder.*' tensors")
-    return ActingCheckpoint(weights=w, encoder=enc, act=ActConfig(**act_d), classes=int(cfg["model"]["C"]))
+    # a learning run saves no acting config: it acts as it was trained, MUSE only with a trained SA head
+    act = ActConfig(**act_d) if act_d is not None else ActConfig(self_regulation=bool(cfg["model"].get("muse", False)))
+    return ActingCheckpoint(weights=w, encoder=enc, act=act, classes=int(cfg["model"]["C"]))
