@@ -6,11 +6,14 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from metacog_fast.envs.driver import STOP, play
 from metacog_fast.envs.driver import Step as DriverStep
 from metacog_fast.scienceworld.amm import AMM, EpisodicRecord, is_invalid, salience
 from metacog_fast.scienceworld.config import AgentConfig
-from metacog_fast.scienceworld.grounding import Gate1, ValidSet
+from metacog_fast.scienceworld.grounding import Gate1, ValidSet, candidate_actions
+from metacog_fast.scienceworld.guards import FocusGuard, periodic_loop
 from metacog_fast.scienceworld.sage import Critic, Sage
 from metacog_fast.scienceworld.stagnation import Step, stagnation_signals
 from metacog_fast.scienceworld.swift import LLMSwift, RankerSwift, SwiftState
@@ -37,6 +40,10 @@ class Mechanisms:
     buffer_steps: int = 0
     invalid_steps: int = 0
     stagnation_events: int = 0
+    loop_steps: int = 0
+    """Steps chosen while the loop guard masked a detected loop's actions."""
+    focus_masked: int = 0
+    """Buffered ``focus on`` actions the focus guard dropped (the Swift never sees a masked one)."""
 
     @property
     def system2_calls(self) -> int:
@@ -70,6 +77,11 @@ class EpisodeResult:
     sources: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """Sage plans and Critic diagnoses, in order."""
+    sage_reasons: list[str] = field(default_factory=list)
+    """Per step: why Sage was called before it ("start", "invalid", "stagnation", "loop",
+    "low_margin"; "no_progress", "plan_every" with ``sage_trigger="fixed"``; comma-joined), "" when not."""
+    simplifications: str = ""
+    """ScienceWorld simplifications the episode was played with ("" = the paper's setting, "easy")."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,6 +118,8 @@ class DualProcessAgent:
         score = float(info.get("score", 0.0))
         m = Mechanisms()
         gate = Gate1(cfg.repair_cutoff)
+        focus = FocusGuard(task)
+        sage_reasons: list[str] = []
         self.critic.reset()
         buffer: deque[tuple[str, str]] = deque()  # (action, "sage"|"critic")
         traj: list[Step] = []
@@ -129,14 +143,21 @@ class DualProcessAgent:
         def policy(_obs: str, _info: dict[str, Any]) -> str:
             nonlocal llm_s, last_sage, last_critic, no_progress, source
             t = len(actions)
-            vs = ValidSet(valid, room)
-            state = SwiftState(task, obs, last_action, valid, executed)
+            cands = candidate_actions(valid, obs)
+            vs = ValidSet(cands, room)
+            loop_p = periodic_loop(actions, cfg.loop_period, cfg.loop_repeats)
+            mask = set(actions[-loop_p:]) if (cfg.loop_guard and loop_p) else set()
+            allowed = [a for a in cands if a not in mask and (not cfg.focus_guard or focus.allowed(a))]
+            if not allowed:  # everything masked: the guards give way rather than stop the episode
+                allowed = cands
+            state = SwiftState(task, obs, last_action, allowed, executed)
             if self.amm is not None and swift_failed:
                 recs = self.amm.retrieve(task, room, obs)
                 m.t1 += 1
                 state.boosts = AMM.boosts(recs, vs.exact, cfg.t1_boost)
-            sage_due = (t == 0 or last_invalid or no_progress >= cfg.no_progress_steps or t - last_sage >= cfg.plan_every)
-            if not buffer and sage_due:
+            reasons = self._sage_reasons(t, last_invalid, no_progress, last_sage, loop_p, state) if cfg.use_sage else []
+            sage_reasons.append(",".join(reasons) if (reasons and not buffer) else "")
+            if not buffer and reasons:
                 memories: list[str] = []
                 options = self.swift.candidates(state, cfg.sage_candidates)
                 if self.amm is not None:
@@ -173,6 +194,11 @@ class DualProcessAgent:
             source = "swift"
             while buffer:
                 cand, _ = buffer.popleft()
+                if cand in mask:
+                    continue
+                if cfg.focus_guard and not focus.allowed(cand):
+                    m.focus_masked += 1
+                    continue
                 if cfg.use_srm:
                     g = gate(cand, vs)
                     if g.action is None:
@@ -190,6 +216,8 @@ class DualProcessAgent:
                 if cfg.use_srm:
                     g = gate(action, vs)
                     action = g.action if g.action is not None else "look around"
+            if mask:
+                m.loop_steps += 1
             return action
 
         def observe(step: DriverStep) -> Any:
@@ -215,6 +243,7 @@ class DualProcessAgent:
             traj.append(Step(action, obs2, delta, new_room))
             history.append((action, obs2))
             executed[action] = executed.get(action, 0) + 1
+            focus.executed(action)
             actions.append(action)
             sources.append(source)
             swift_failed = source == "swift" and (invalid or delta < 0 or obs2.strip() == obs.strip())
@@ -239,8 +268,44 @@ class DualProcessAgent:
             agent_seconds=max(0.0, total - llm_s - (env_s - reset_s)),
             llm_calls=(usage.calls - calls0) if usage else 0,
             llm_tokens=(usage.total_tokens - tok0) if usage else 0,
-            actions=actions, sources=sources, notes=notes,
+            actions=actions, sources=sources, notes=notes, sage_reasons=sage_reasons[: len(actions)],
+            simplifications=str(getattr(getattr(env, "config", None), "simplifications", "") or ""),
         )
+
+    def _sage_reasons(self, t: int, last_invalid: bool, no_progress: int, last_sage: int, loop_p: int,
+                      state: SwiftState) -> list[str]:
+        """Why Sage should be called at step ``t`` (empty: it should not), by ``cfg.sage_trigger``."""
+        cfg = self.cfg
+        out = []
+        if t == 0:
+            out.append("start")
+        if last_invalid:
+            out.append("invalid")
+        if cfg.sage_trigger == "fixed":
+            if no_progress >= cfg.no_progress_steps:
+                out.append("no_progress")
+            if t - last_sage >= cfg.plan_every:
+                out.append("plan_every")
+            return out
+        if no_progress >= cfg.stagnation_steps:
+            out.append("stagnation")
+        if cfg.sage_on_loop and loop_p and t - last_sage > cfg.sage_actions:
+            out.append("loop")
+        if cfg.low_margin > 0:
+            margin = swift_margin(self.swift, state)
+            if margin is not None and margin < cfg.low_margin:
+                out.append("low_margin")
+        return out
+
+
+def swift_margin(swift: RankerSwift | LLMSwift, state: SwiftState) -> float | None:
+    """The ranker's top-1 minus top-2 logit at ``state`` (None without a ranker or with < 2 actions)."""
+    ranker = swift if isinstance(swift, RankerSwift) else getattr(swift, "ranker", None)
+    if ranker is None or len(state.valid) < 2:
+        return None
+    z = ranker.scores(state)
+    top2 = np.partition(-z, 1)[:2]
+    return float(top2[1] - top2[0])
 
 
 def run_episode(env: Env, cfg: AgentConfig, swift: RankerSwift | LLMSwift, llm: LLM, variation: int, amm: AMM | None = None,

@@ -11,6 +11,9 @@ CONFIG_NAMES = ("baseline", "amm", "srm", "full")
 SWIFT_KINDS = ("ranker", "llm", "llm-ranker")
 """Swift proposers (``AgentConfig.swift``)."""
 
+SAGE_TRIGGERS = ("situation", "fixed")
+"""When Sage is called (``AgentConfig.sage_trigger``)."""
+
 
 @dataclass(frozen=True)
 class AgentConfig:
@@ -39,7 +42,30 @@ class AgentConfig:
     plan_every: int = 10
     """Deliberate planning: Sage is called when this many steps passed since its last call."""
     no_progress_steps: int = 4
-    """Sage is called after this many consecutive steps without a score increase."""
+    """``sage_trigger="fixed"``: Sage is called after this many consecutive steps without a score increase."""
+    use_sage: bool = True
+    """False: Swift-only (no Sage call; the Critic of SRM still acts when ``use_srm``)."""
+    sage_trigger: str = "situation"
+    """When Sage is called (with an empty buffer): "situation" = at the first step, after an invalid
+    action, on stagnation (``stagnation_steps`` without a score gain), on a detected loop
+    (``sage_on_loop``) or when the Swift is unsure (ranker top-1 margin < ``low_margin``);
+    "fixed" = run 3's rule (first step, invalid action, ``no_progress_steps`` without gain, every
+    ``plan_every`` steps). Each step records why Sage fired (``EpisodeResult.sage_reasons``)."""
+    stagnation_steps: int = 8
+    """``sage_trigger="situation"``: steps without a score gain that call Sage."""
+    sage_on_loop: bool = True
+    """``sage_trigger="situation"``: a strictly periodic loop of actions calls Sage."""
+    low_margin: float = 0.0
+    """``sage_trigger="situation"``: Sage is called when the ranker's top-1 logit exceeds the
+    second by less than this (0 disables; needs a ranker Swift)."""
+    loop_guard: bool = True
+    """Mask the actions of a strictly periodic loop (``loop_period`` x ``loop_repeats``) for the next choice."""
+    loop_period: int = 6
+    """Longest loop period the loop guard looks for."""
+    loop_repeats: int = 2
+    """Copies of a block that make a loop (and at least 4 actions)."""
+    focus_guard: bool = True
+    """``focus on X`` only where X is the task's target (a wrong focus ends the episode with -100)."""
     critic_budget: int = 3
     """Critic calls per episode at most (paper: 3)."""
     stagnation_window: int = 6
@@ -58,8 +84,14 @@ class AgentConfig:
     def validate(self) -> "AgentConfig":
         if self.swift not in SWIFT_KINDS:
             raise ValueError(f"swift: expected one of {', '.join(SWIFT_KINDS)}, got {self.swift!r}")
+        if self.sage_trigger not in SAGE_TRIGGERS:
+            raise ValueError(f"sage_trigger: expected one of {', '.join(SAGE_TRIGGERS)}, got {self.sage_trigger!r}")
+        if not self.low_margin >= 0:
+            raise ValueError(f"low_margin: expected >= 0, got {self.low_margin}")
+        if self.loop_repeats < 2:
+            raise ValueError(f"loop_repeats: expected >= 2, got {self.loop_repeats}")
         for name in ("max_steps", "sage_candidates", "sage_actions", "plan_every", "no_progress_steps",
-                     "stagnation_window", "memory_k", "history"):
+                     "stagnation_window", "memory_k", "history", "stagnation_steps", "loop_period"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
         if not self.budget_factor >= 0:

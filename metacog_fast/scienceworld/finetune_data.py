@@ -1,9 +1,12 @@
 """SFT dataset of the ScienceWorld Swift from the gold paths of ``train`` variations.
 
 Every gold path is played in the real simulator (the environment adapter the agent uses), so each
-observation is the one the agent sees. At every step whose gold action is admissible (the only
-steps at which Swift can choose it, as in :func:`metacog_fast.scienceworld.runner.walk_gold`)
-an example is written: ``prompt`` is, character for character, what the LLM Swift scores its
+observation is the one the agent sees. Every gold step is mapped to its executable form
+(:func:`metacog_fast.scienceworld.grounding.executable_form`: the valid-list form of ``open door to
+hallway``, ``use thermometer in inventory on ...`` etc., the number that answers an ambiguity
+question, or the gold text where the simulator accepted it), as in
+:func:`metacog_fast.scienceworld.runner.walk_gold`; at every step with an executable form an
+example is written, whose completion is that form: ``prompt`` is, character for character, what the LLM Swift scores its
 options after at that state (:func:`~metacog_fast.scienceworld.swift.swift_prompt`), and
 ``completion`` is the option of the gold action (:func:`~metacog_fast.scienceworld.swift.swift_option`).
 SFT on them raises the likelihood of exactly the choice the model makes when it acts.
@@ -93,43 +96,68 @@ def play_gold(env: Any, variation: int, task_index: int) -> dict[str, Any]:
     """Play the gold path of train ``variation`` in ``env``; the record of every state on it.
 
     ``steps[k]``: the state before gold action ``k`` (task, observation, last action, times each
-    action was executed), the gold action, whether it was admissible, and the number of valid actions."""
+    action was executed), the gold action, whether it was admissible, its executable form and the
+    rule that gave it (``executable`` None and ``rule`` "unmapped" when it has none), and the number
+    of valid actions."""
+    from metacog_fast.scienceworld.amm import is_invalid
+    from metacog_fast.scienceworld.grounding import candidate_actions, executable_form, is_ambiguity_question
+    from metacog_fast.scienceworld.text import room_of
+
     check_source_variation(env, variation)
     obs, info = env.reset(variation=variation)
     gold = list(env.gold_path)
     steps: list[dict[str, Any]] = []
     executed: dict[str, int] = {}
+    room = [room_of(obs)]
 
     def policy(obs: str, info: dict[str, Any]) -> str | None:
         k = len(steps)
         if k == len(gold):
             return None
         a, valid = gold[k], list(info["admissible"])
+        room[0] = room_of(obs) or room[0]
+        form, rule = executable_form(a, candidate_actions(valid, obs), room[0], obs)
         steps.append({"k": k, "task": info["task"], "observation": obs, "last_action": gold[k - 1] if k else "",
-                      "executed": dict(executed), "gold": a, "admissible": a in valid, "n_valid": len(valid)})
+                      "executed": dict(executed), "gold": a, "admissible": a in valid, "executable": form,
+                      "rule": rule, "n_valid": len(valid)})
         executed[a] = executed.get(a, 0) + 1
         return a
 
-    ep = play(env, policy, None, start=(obs, info))
+    def observe(step: Any) -> None:
+        st = steps[-1]
+        if st["executable"] is None:  # the simulator's answer decides
+            ok = not is_invalid(step.obs) or is_ambiguity_question(step.obs)
+            st["executable"], st["rule"] = (st["gold"], "as given") if ok else (None, "unmapped")
+
+    ep = play(env, policy, None, start=(obs, info), on_step=observe)
     info, done = ep.info, ep.done
     return {"task_name": env.task, "task_index": task_index, "variation": variation, "split": env.config.split,
             "gold_path": gold, "steps": steps, "score": float(info.get("score", 0.0)), "won": bool(info.get("won")),
             "done": bool(done), "errored": bool(info.get("errored")), "restarts": int(getattr(env, "restarts", 0))}
 
 
+def executable_of(step: dict[str, Any]) -> str | None:
+    """A recorded step's executable gold form (records written before the mapping: the gold
+    action when it was admissible, else None)."""
+    if "executable" in step:
+        return step["executable"]
+    return step["gold"] if step["admissible"] else None
+
+
 def examples_of(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """The SFT examples of one played gold path: one per step whose gold action was admissible."""
+    """The SFT examples of one played gold path: one per step whose gold action has an executable form."""
     out = []
     for st in record["steps"]:
-        if not st["admissible"]:
+        form = executable_of(st)
+        if form is None:
             continue
         s = SwiftState(st["task"], st["observation"], st["last_action"], [], st["executed"])
         out.append({"id": f"{SOURCE}/{record['split']}/{variation_key(record['task_name'], record['variation'])}/"
                           f"{st['k']:03d}",
                     "source": SOURCE, "split": record["split"], "task_type": record["task_name"],
                     "task_index": record["task_index"], "variation": record["variation"], "step": st["k"],
-                    "prompt": swift_prompt(s), "completion": swift_option(st["gold"]), "gold": st["gold"],
-                    "won": record["won"]})
+                    "prompt": swift_prompt(s), "completion": swift_option(form), "gold": st["gold"],
+                    "executable": form, "rule": st.get("rule", ""), "won": record["won"]})
     return out
 
 
@@ -265,6 +293,8 @@ def build_scienceworld_dataset(out_dir: str | Path, cfg: ScienceWorldDataConfig)
                                for r in records if not r["won"]],
         "gold_steps": sum(len(r["steps"]) for r in kept),
         "gold_steps_not_admissible": sum(1 for r in kept for s in r["steps"] if not s["admissible"]),
+        "gold_steps_unmapped": sum(1 for r in kept for s in r["steps"] if executable_of(s) is None),
+        "gold_step_rules": dict(Counter(s.get("rule", "") or "valid" for r in kept for s in r["steps"])),
         "dataset_sha256": sha256_file(path),
         "build_seconds": time.perf_counter() - t0,
     }

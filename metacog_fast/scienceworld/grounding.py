@@ -2,9 +2,16 @@
 
 Grounding maps a text action onto the current valid set (``get_valid_action_object_combinations``
 plus the simulator's always-valid verbs) with deterministic repairs of minor mismatches:
-case, punctuation, articles, ``teleport to``/``go to``, ``<room> door``/``door to <room>``,
-a trailing ``in <current room>``, and a close spelling of the same verb. Anything else is
-not repairable and Gate-1 drops it.
+case, punctuation, articles, ``teleport to``/``go to``, ``<room> door``/``door to <room>`` (both
+ways), a trailing ``in <current room>``, ``in inventory`` after an object, the letter of an unknown
+substance (``unknown substance B``), a ``containing ...`` clause of a container, ``examine X`` /
+``look at X``, and a close spelling of the same verb. Anything else is not repairable and Gate-1
+drops it.
+
+The same rules give the **executable form** of a gold step (:func:`executable_form`): the gold
+paths write ``open door to hallway`` or ``use thermometer in inventory on substance in metal pot``
+where the valid list has ``open hallway door`` / ``use thermometer on substance in metal pot``;
+without the mapping such steps fall out of training and the agent never learns them.
 """
 from __future__ import annotations
 
@@ -69,8 +76,31 @@ class ValidSet:
         return action in self.exact
 
 
+_INV = re.compile(r" in inventory\b")
+_LETTER = re.compile(r"\b(unknown substance) [a-z]\b")
+_CONTAINING = re.compile(r" containing .*?(?= in | on | to | into |$)")
+
+
+def _object_forms(n: str) -> list[tuple[str, str]]:
+    """Rewrites of the object phrases of normalised action ``n`` (in order of preference)."""
+    out: list[tuple[str, str]] = []
+    cur = n
+    for pat, rule in ((_INV, "strip in inventory"), (_LETTER, "substance letter"), (_CONTAINING, "strip containing")):
+        new = pat.sub(r"\1", cur) if rule == "substance letter" else pat.sub("", cur)
+        new = " ".join(new.split())
+        if new != cur:
+            out.append((new, rule))
+            cur = new
+    return out
+
+
 def _aliases(n: str, room: str | None) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
+    if n.startswith("examine "):
+        out.append(("look at " + n[len("examine "):], "examine->look at"))
+    m = re.match(r"^(open|close) door to (.+)$", n)
+    if m:
+        out.append((f"{m.group(1)} {m.group(2)} door", "door to room->room door"))
     if n.startswith("teleport to "):
         out.append(("go to " + n[len("teleport to "):], "teleport->go"))
     if n.startswith("go to "):
@@ -98,6 +128,10 @@ def ground(action: str, valid: ValidSet, cutoff: float = 0.85) -> Grounded:
     for alias, rule in _aliases(n, valid.room):
         if alias in valid.norm:
             return Grounded(valid.norm[alias], "repaired", rule)
+    for form, rule in _object_forms(n):
+        for alias, rule2 in [(form, "")] + _aliases(form, valid.room):
+            if alias in valid.norm:
+                return Grounded(valid.norm[alias], "repaired", rule + ("+" + rule2 if rule2 else ""))
     close = difflib.get_close_matches(n, valid.by_verb(verb(n)), n=1, cutoff=cutoff)
     if close:
         return Grounded(valid.norm[close[0]], "repaired", "spelling")
@@ -132,3 +166,43 @@ class Gate1:
         else:
             self.stats.dropped += 1
         return g
+
+
+AMBIGUITY_MARKER = "ambiguous request"
+"""Start of the simulator's question when a command matches several objects; it is answered with
+a number ("0", "1", ...), which is not in the valid list."""
+
+
+def is_ambiguity_question(observation: str) -> bool:
+    return observation.strip().lower().startswith(AMBIGUITY_MARKER)
+
+
+def executable_form(action: str, valid: list[str], room: str | None = None, observation: str = "",
+                    accepted: bool | None = None) -> tuple[str | None, str]:
+    """The form of gold step ``action`` the agent can choose at a state with valid list ``valid``,
+    and the rule that gave it: ``(valid action, rule)``; rule "" when ``action`` is in the list.
+
+    No fuzzy spelling repair (two flower pots differ by one digit). When no rule applies, the gold
+    text itself is the executable form where the simulator is known to accept it: a number that
+    answers the simulator's ambiguity question in ``observation`` (rule "answer"), or
+    ``accepted=True`` (the step was played and not rejected; rule "as given"). Otherwise
+    ``(None, "unmapped")``."""
+    if action in valid or action in ALWAYS_VALID:
+        return action, ""
+    g = ground(action, ValidSet(valid, room), cutoff=1.0)
+    if g.action is not None and g.rule != "spelling":
+        return g.action, g.rule
+    if action.strip().isdigit() and is_ambiguity_question(observation):
+        return action.strip(), "answer"
+    if accepted:
+        return action, "as given"
+    return None, "unmapped"
+
+
+def candidate_actions(valid: list[str], observation: str) -> list[str]:
+    """The agent's candidates at a state: the valid list, plus the numbered answers when the
+    simulator asked which object was meant (``Ambiguous request`` lists ``0: ...``, ``1: ...``)."""
+    if not is_ambiguity_question(observation):
+        return list(valid)
+    nums = re.findall(r"^\s*(\d+):", observation, flags=re.M)
+    return list(valid) + [n for n in nums if n not in valid]

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from metacog_fast.llm.protocol import LLM
 
 
+SIMPLIFICATIONS = ("", "easy")
+"""ScienceWorld settings a run may use: the paper's (no simplification) and SwiftSage's ``easy``."""
+
 SIMULATOR_STEP_LIMIT = 100_000
 """The simulator's own limit, far above any agent budget: it counts ticks, and one ``wait`` is
 about ten of them, so a limit near the budget ended episodes early, and differently per agent."""
@@ -40,7 +43,9 @@ class RunConfig:
     tasks: list[int] = field(default_factory=lambda: list(range(30)))
     """Task indices 0-29."""
     variations: int = 2
-    """Test variations per task (the first N of the test split)."""
+    """Evaluated variations per task (the first N of ``eval_split``)."""
+    eval_split: str = "test"
+    """Split the configurations are evaluated on: test (measures) or dev (tunes)."""
     max_steps: int = 50
     """Agent actions per episode: the floor of the budget (see ``budget_factor``)."""
     budget_factor: float = 1.5
@@ -59,6 +64,29 @@ class RunConfig:
     """llama.cpp threads per worker."""
     memory_embed: str = "hash"
     """AMM embeddings: hash (hashed words, 384-d) or minilm."""
+    simplifications: str = ""
+    """ScienceWorld simplifications of every environment of the run (gold paths, warm-up, test):
+    "" = the paper's setting, "easy" = SwiftSage's (teleport, open doors, self-watering pots, no
+    electrical actions); report them beside each other, never mixed in one folder."""
+    sage_trigger: str = "situation"
+    """When Sage is called: situation (stagnation, loop, low Swift margin) or fixed (run 3's rule); ``AgentConfig``."""
+    stagnation_steps: int = 8
+    """Steps without a score gain that call Sage (``sage_trigger=situation``)."""
+    low_margin: float = 0.0
+    """Ranker top-1 margin below which Sage is called (0: off)."""
+    use_sage: bool = True
+    """False: Swift-only (the Critic of SRM still acts)."""
+    loop_guard: bool = True
+    """Mask the actions of a strictly periodic loop for the next choice."""
+    focus_guard: bool = True
+    """``focus on X`` only where X is the task's target."""
+
+    def agent_overrides(self) -> dict[str, Any]:
+        """The ``AgentConfig`` fields this run sets for every configuration."""
+        return {"swift": self.swift, "max_steps": self.max_steps, "budget_factor": self.budget_factor,
+                "sage_trigger": self.sage_trigger, "stagnation_steps": self.stagnation_steps,
+                "low_margin": self.low_margin, "use_sage": self.use_sage, "loop_guard": self.loop_guard,
+                "focus_guard": self.focus_guard}
 
     def validate(self) -> "RunConfig":
         bad = [c for c in self.configs if c not in CONFIG_NAMES]
@@ -75,6 +103,11 @@ class RunConfig:
             raise ValueError(f"warmup_per_task: expected >= 0, got {self.warmup_per_task}")
         if self.swift not in SWIFT_KINDS:
             raise ValueError(f"swift: expected one of {', '.join(SWIFT_KINDS)}, got {self.swift!r}")
+        if self.eval_split not in ("dev", "test"):
+            raise ValueError(f"eval_split: expected dev or test, got {self.eval_split!r}")
+        if self.simplifications not in SIMPLIFICATIONS:
+            raise ValueError(f"simplifications: expected one of {SIMPLIFICATIONS}, got {self.simplifications!r}")
+        config_for("baseline", **self.agent_overrides())
         return self
 
 
@@ -99,36 +132,64 @@ def parse_tasks(spec: str) -> list[int]:
 
 
 # ------------------------------------------------------------------ gold paths
-def walk_gold(env: Env, variation: int) -> list[GoldExample]:
-    """Reset ``env`` to ``variation`` and follow its gold path, recording each state whose gold
-    action is admissible."""
+def walk_gold(env: Env, variation: int, stats: dict[str, int] | None = None) -> list[GoldExample]:
+    """Reset ``env`` to ``variation`` and follow its gold path, recording each state with the gold
+    action's executable form (:func:`~metacog_fast.scienceworld.grounding.executable_form`: the
+    valid-list form, or the gold text where the simulator accepted it, then added to the state's
+    candidates). ``stats`` (optional) counts the mapping rules used; "unmapped" steps are left out."""
+    from metacog_fast.scienceworld.amm import is_invalid
+    from metacog_fast.scienceworld.grounding import candidate_actions, executable_form, is_ambiguity_question
+    from metacog_fast.scienceworld.text import room_of
+
     obs, info = env.reset(variation=variation)
     out: list[GoldExample] = []
     executed: dict[str, int] = {}
     gold = iter(env.gold_path)
     last = ""
+    room = room_of(obs)
+    pending: list[Any] = []  # [example, gold text] of a step whose mapping waits for the simulator's answer
+
+    def count(rule: str) -> None:
+        if stats is not None:
+            stats[rule or "valid"] = stats.get(rule or "valid", 0) + 1
 
     def policy(obs: str, info: dict[str, Any]) -> str | None:
-        nonlocal last
+        nonlocal last, room
         a = next(gold, None)
         if a is None:
             return None
-        valid = list(info["admissible"])
-        if a in valid:
-            out.append(GoldExample(info["task"], obs, last, valid, dict(executed), a))
+        room = room_of(obs) or room
+        valid = candidate_actions(list(info["admissible"]), obs)
+        form, rule = executable_form(a, valid, room, obs)
+        ex = GoldExample(info["task"], obs, last, valid, dict(executed), form or a)
+        if form is not None:
+            count(rule)
+            out.append(ex)
+        else:
+            pending.append(ex)
         executed[a] = executed.get(a, 0) + 1
         last = a
         return a
 
-    play(env, policy, None, start=(obs, info))
+    def observe(step: Any) -> None:
+        if pending:
+            ex = pending.pop()
+            if is_invalid(step.obs) and not is_ambiguity_question(step.obs):
+                count("unmapped")
+            else:  # accepted as written: the gold text joins the state's candidates
+                count("as given")
+                ex.valid = ex.valid + [ex.gold]
+                out.append(ex)
+
+    play(env, policy, None, start=(obs, info), on_step=observe)
     return out
 
 
-def collect_gold(task: int, n_variations: int, step_limit: int = 200) -> list[GoldExample]:
+def collect_gold(task: int, n_variations: int, step_limit: int = 200, simplifications: str = "") -> list[GoldExample]:
     """Walk the gold paths of the first ``n_variations`` train variations, recording each state."""
     from metacog_fast.envs import make_env
 
-    env = make_env("scienceworld", task=task, split="train", step_limit=step_limit)
+    env = make_env("scienceworld", task=task, split="train", step_limit=step_limit, simplifications=simplifications)
     out: list[GoldExample] = []
     try:
         for v in env.variations[:n_variations]:
@@ -164,14 +225,18 @@ def prepare_task(payload: dict[str, Any], done: Mapping[str, Any], workdir: Path
 
     task, name = payload["task"], resolve_task(payload["task"])
     if plan_key(name) not in done:
-        test = make_env("scienceworld", task=task, split="test", step_limit=SIMULATOR_STEP_LIMIT)
+        split = payload.get("split", "test")
+        test = make_env("scienceworld", task=task, split=split, step_limit=SIMULATOR_STEP_LIMIT,
+                        simplifications=payload.get("simplifications", ""), gold_path=False)
         try:
             test_vars = test.variations
         finally:
             test.close()
-        yield Record(plan_key(name), {"task": name, "index": task, "test_variations": test_vars})
+        # "test_variations" keeps run 3's record name; "split" says which split they are
+        yield Record(plan_key(name), {"task": name, "index": task, "test_variations": test_vars, "split": split})
     if payload["gold"] and gold_key(task) not in done:
-        yield Record(gold_key(task), [asdict(e) for e in collect_gold(task, payload["train_variations"])])
+        yield Record(gold_key(task), [asdict(e) for e in collect_gold(task, payload["train_variations"],
+                                                                      simplifications=payload.get("simplifications", ""))])
 
 
 def _open_store(path: str) -> Any:
@@ -232,7 +297,8 @@ def play_task(payload: dict[str, Any], done: Mapping[str, Any], workdir: Path) -
     warm_rel = f"memory/warmup/{name}.sqlite"
     warm_path = workdir / warm_rel
     if any(config_for(c).use_amm for c in cfg.configs) and warmup_key(name) not in done:
-        env = make_env("scienceworld", task=task, split="train", step_limit=SIMULATOR_STEP_LIMIT)
+        env = make_env("scienceworld", task=task, split="train", step_limit=SIMULATOR_STEP_LIMIT,
+                       simplifications=cfg.simplifications)
         try:
             for p in _store_files(str(warm_path)):
                 if os.path.exists(p):
@@ -242,7 +308,7 @@ def play_task(payload: dict[str, Any], done: Mapping[str, Any], workdir: Path) -
             vs = env.variations
             # train variations after the ones used for the ranker's gold paths
             warm_vars = [vs[(cfg.train_variations + i) % len(vs)] for i in range(cfg.warmup_per_task)]
-            acfg = config_for("amm", swift=cfg.swift, max_steps=cfg.max_steps, budget_factor=cfg.budget_factor)
+            acfg = config_for("amm", **cfg.agent_overrides())
             results = []
             for v in warm_vars:
                 res = run_episode(env, acfg, swift, llm, v, AMM(store, name, acfg.memory_k, cfg.memory_embed), "warmup")
@@ -253,14 +319,15 @@ def play_task(payload: dict[str, Any], done: Mapping[str, Any], workdir: Path) -
         yield from _side_files(workdir, warm_rel)
         yield Record(warmup_key(name), {"episodes": results,
                                         "records": sum(r["mechanisms"]["memory_writes"] for r in results)})
-    env = make_env("scienceworld", task=task, split="test", step_limit=SIMULATOR_STEP_LIMIT)
+    env = make_env("scienceworld", task=task, split=cfg.eval_split, step_limit=SIMULATOR_STEP_LIMIT,
+                   simplifications=cfg.simplifications)
     try:
         for v in variations:
             for c in cfg.configs:
                 key = episode_key(c, name, v)
                 if key in done:
                     continue
-                acfg = config_for(c, swift=cfg.swift, max_steps=cfg.max_steps, budget_factor=cfg.budget_factor)
+                acfg = config_for(c, **cfg.agent_overrides())
                 amm = store = None
                 rel = f"memory/{c}/{name}.sqlite"
                 if acfg.use_amm:
@@ -307,7 +374,8 @@ def run_protocol(run: str, cfg: RunConfig, executor: ExecutorConfig | None = Non
     t0 = time.perf_counter()
     gold = cfg.swift != "llm" and not (folder.root / "ranker.npz").exists()
     names = {t: resolve_task(t) for t in cfg.tasks}
-    prep = [Task(f"prepare/{t}", {"task": t, "gold": gold, "train_variations": cfg.train_variations},
+    prep = [Task(f"prepare/{t}", {"task": t, "gold": gold, "train_variations": cfg.train_variations,
+                                  "split": cfg.eval_split, "simplifications": cfg.simplifications},
                  (plan_key(names[t]),) + ((gold_key(t),) if gold else ())) for t in cfg.tasks]
     run_tasks(folder, prep, prepare_task, executor, family_workers=cfg.workers, desc="scienceworld/prepare")
     if cfg.swift != "llm":

@@ -233,9 +233,17 @@ class RankerSwift:
     def __init__(self, model: RankerModel) -> None:
         self.model = model
         self.cache = FeatureCache()
+        self._memo: tuple[SwiftState, np.ndarray] | None = None  # the last state's logits (margin, then choice)
 
     def scores(self, s: SwiftState) -> np.ndarray:
-        """[N] logits over ``s.valid`` (T1 boosts added)."""
+        """[N] logits over ``s.valid`` (T1 boosts added); the same state object is scored once."""
+        if self._memo is not None and self._memo[0] is s:
+            return self._memo[1].copy()
+        z = self._scores(s)
+        self._memo = (s, z)
+        return z.copy()
+
+    def _scores(self, s: SwiftState) -> np.ndarray:
         C, t, F = features(self.cache, s, s.valid)
         z = self.model.score(C, t, F)
         if s.boosts:
