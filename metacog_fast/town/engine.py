@@ -623,7 +623,7 @@ class Simulation:
                              "survivors": alive, "late_decisions": self.late, "plan_fallbacks": self.fallbacks,
                              "llm_budget_spent": self.budget_spent,
                              "meta_cognize_runs": sum(1 for a in self.agents for e in a.timeline if e["kind"] == "strategy"),
-                             "memories": len(self.store)}
+                             "memories": len(self.store), "metacognition": self.meta_counts()}
         if rules["type"] == "zombie":
             m["survival_rate"] = len(alive) / len(self.agents)
         if rules["type"] == "party":
@@ -646,6 +646,18 @@ class Simulation:
         if self.llm is not None:
             m["llm_cost"] = self.llm.cost.as_dict()
         return m
+
+    def meta_counts(self) -> dict[str, int]:
+        """What the metacognitive decisions did: progress ratings made and skipped (nothing new
+        since the last), meta_cognize runs, and how many of them changed the goal, the target
+        (where the agent walks) or the strategy, or nothing."""
+        ev = [e for a in self.agents for e in a.timeline]
+        changed = [e["text"] for e in ev if e["kind"] == "meta_changed"]
+        return {"ratings": sum(e["kind"] == "progress" for e in ev),
+                "ratings_skipped": sum(e["kind"] == "progress_skipped" for e in ev),
+                "meta_cognize": len(changed),
+                **{f"changed_{k}": sum(k in c.split(", ") for c in changed) for k in ("goal", "target", "strategy")},
+                "changed_nothing": sum(c == "nothing" for c in changed)}
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

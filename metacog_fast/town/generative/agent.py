@@ -143,6 +143,9 @@ class Mind:
     """(step, score 1-10, reason) of every self-rating."""
     seed_next: int = 0
     """Next scenario seed question to use."""
+    rated_on: str = ""
+    """What the last progress rating saw (goal, target, recent memories): a rating that would see
+    the same is skipped, since it cannot come out differently or change anything."""
 
 
 @dataclass
@@ -224,9 +227,14 @@ class GenerativeAgent:
         f, c = self.features, self.config
         mem = memory if f.memory else None
         if f.metacognition and ctx.step > 0 and ctx.step % c.progress_every == 0:
-            score = self.rate_progress(ctx, llm, mind, d, cancel)
-            if score < c.progress_threshold:
-                self.meta_cognize(ctx, llm, mem, mind, d, cancel)
+            seen = self._rating_inputs(ctx, mind)
+            if seen == mind.rated_on:
+                d.events.append(("progress_skipped", "nothing new since the last rating"))
+            else:
+                mind.rated_on = seen
+                score = self.rate_progress(ctx, llm, mind, d, cancel)
+                if score < c.progress_threshold:
+                    self.meta_cognize(ctx, llm, mem, mind, d, cancel)
         if f.reflection and mem is not None and mind.importance_acc >= c.reflect_threshold:
             self.reflect(ctx, llm, mind, d, cancel)
         if f.planning and not mind.plan:
@@ -248,6 +256,11 @@ class GenerativeAgent:
             self.converse(ctx, llm, d.action.target, head, d, cancel)
         return d
 
+    @staticmethod
+    def _rating_inputs(ctx: StepContext, mind: Mind) -> str:
+        """The inputs of a progress rating, without the clock (which always changes)."""
+        return "\n".join([mind.goal, mind.target or "", *sorted((ctx.notices + ctx.memories)[:6])])
+
     def rate_progress(self, ctx: StepContext, llm: AgentLLM, mind: Mind, d: Decision,
                       cancel: threading.Event | None) -> int:
         """Rate progress toward the goal 1-10 with a reason; stored as a meta memory."""
@@ -266,6 +279,7 @@ class GenerativeAgent:
                      cancel: threading.Event | None) -> None:
         """Introspective questions answered from memory; goal and strategy revision."""
         d.metacognized = True
+        before = (mind.goal, mind.target, mind.strategy)
         head = self.head(ctx.premise, mind)
         thoughts = (ctx.memories + ctx.notices)[:5]
         q_new = llm.text(P.question(head, self.name, thoughts, mind.asked), "meta", max_tokens=24,
@@ -309,6 +323,9 @@ class GenerativeAgent:
         mind.target = places[j]
         mind.plan = f"{mind.strategy or 'go'} (at the {mind.target})"
         d.events.append(("strategy", f"{mind.strategy or '(none)'} -> {mind.target}"))
+        changed = [n for n, b, a in zip(("goal", "target", "strategy"), before,
+                                        (mind.goal, mind.target, mind.strategy)) if b != a]
+        d.events.append(("meta_changed", ", ".join(changed) if changed else "nothing"))
         d.memories.append(PendingMemory(
             self.name, f"{self.name}'s new strategy: {mind.strategy or 'go to the ' + mind.target}; "
                        f"best place: {mind.target}", "meta", ctx.place))
