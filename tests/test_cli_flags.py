@@ -69,6 +69,8 @@ REQUIRED = {  # the words a command needs (its required flags), nothing else
     "train learn-all": "",
     "train learn-report": "",
     "train export": "s --out o",
+    "train pack": "r --out o",
+    "train unpack": "p --run-dir r",
     "report scienceworld-swift": "r --out o",
     "finetune data": "--out o",
     "finetune dagger": "--out o",
@@ -87,7 +89,8 @@ REQUIRED = {  # the words a command needs (its required flags), nothing else
     "demo": "",
 }
 GIVEN = {("run alfworld", "agent"), ("adapt metaworld", "checkpoint"), ("train assess", "checkpoint"),
-         ("train assess", "out"), ("train export", "source"), ("train export", "out")}
+         ("train assess", "out"), ("train export", "source"), ("train export", "out"),
+         ("train pack", "run_dir"), ("train pack", "out"), ("train unpack", "pack"), ("train unpack", "run_dir")}
 """(command, field) whose value ``REQUIRED`` gives (they are required flags)."""
 
 

@@ -1,5 +1,6 @@
 """``metacog train metaworld``, ``metacog adapt metaworld``, ``metacog train assess``, ``metacog train learn``,
-``metacog train learn-all``, ``metacog train learn-report`` and ``metacog train export``.
+``metacog train learn-all``, ``metacog train learn-report``, ``metacog train export``, ``metacog train pack``
+and ``metacog train unpack``.
 
 Each command line is a dataclass read by tyro (:mod:`metacog_fast.cli.dataclass_args`): views of
 :class:`~metacog_fast.metaworld.train.jobs.TrainJob`, :class:`~metacog_fast.metaworld.train.jobs.AdaptJob`
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from metacog_fast.cli.dataclass_args import add_command, build, parse, view
 from metacog_fast.cli.executor import ExecutorWorkersFlags
 from metacog_fast.metaworld.learn.config import LearnConfig, LearnJob, LearnModelConfig
+from metacog_fast.metaworld.learn.pack import MOMENTS, PackConfig, UnpackConfig
 from metacog_fast.metaworld.learn.report import LearnReportConfig
 from metacog_fast.metaworld.learn.schedule import LearnSchedule
 from metacog_fast.metaworld.models.dreamer import PRECISIONS
@@ -36,6 +38,8 @@ LearnBaseFlags = view(LearnConfig, skip=("task", "seed"), nested={"model": Learn
 """What every run of ``learn-all`` shares (its schedule names the tasks and seeds)."""
 ScheduleFlags = view(LearnSchedule)
 LearnReportFlags = view(LearnReportConfig)
+PackFlags = view(PackConfig, positional=("run_dir",), required=("run_dir", "out"), choices={"moments": MOMENTS})
+UnpackFlags = view(UnpackConfig, positional=("pack",), required=("pack", "run_dir"))
 ExportFlags = view(ExportConfig, positional=("source",), required=("source", "out"),
                    choices={"precision": EXPORT_PRECISIONS}, checks={"source": check_source})
 
@@ -172,6 +176,42 @@ def _export(a: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass
+class PackCommand:
+    """A learning run packed small enough to commit (weights, bf16 moments, replay as actions + seeds)."""
+
+    pack: PackFlags
+
+
+@dataclass
+class UnpackCommand:
+    """A pack rebuilt into a run folder that `metacog train learn` resumes."""
+
+    unpack: UnpackFlags
+
+
+def _pack(a: argparse.Namespace) -> int:
+    from metacog_fast.metaworld.learn.pack import pack_run
+
+    cfg = build(parse(a, PackCommand).pack)
+    man = pack_run(cfg.run_dir, cfg.out, cfg.moments, progress=cfg.progress)
+    size = (man["state"]["bytes"] + man["replay"]["bytes"]) / 1e6
+    print(f"{cfg.out}: {man['meta'].get('env_steps')} env steps, {man['replay']['episodes']} episodes, {size:.1f} MB "
+          f"({len(man['replay']['stored_in_full'])} episodes stored in full)")
+    return 0
+
+
+def _unpack(a: argparse.Namespace) -> int:
+    from metacog_fast.metaworld.learn.pack import unpack_run
+
+    cfg = build(parse(a, UnpackCommand).unpack)
+    rep = unpack_run(cfg.pack, cfg.run_dir, progress=cfg.progress)
+    print(f"{cfg.run_dir}: {rep['episodes']} episodes ({rep['resimulated']} re-simulated, "
+          f"{len(rep['mismatched'])} differing from their digest); resume with `metacog train learn --run-dir "
+          f"{cfg.run_dir}` and the run's flags")
+    return 0
+
+
 def _attach(p: argparse.ArgumentParser, command: type, func) -> None:
     add_command(p, command)
     p.set_defaults(func=func)
@@ -210,3 +250,13 @@ def attach_learn_report(p: argparse.ArgumentParser) -> None:
 def attach_export(p: argparse.ArgumentParser) -> None:
     """Fills ``metacog train export``."""
     _attach(p, ExportCommand, _export)
+
+
+def attach_pack(p: argparse.ArgumentParser) -> None:
+    """Fills ``metacog train pack``."""
+    _attach(p, PackCommand, _pack)
+
+
+def attach_unpack(p: argparse.ArgumentParser) -> None:
+    """Fills ``metacog train unpack``."""
+    _attach(p, UnpackCommand, _unpack)

@@ -69,10 +69,17 @@ def save_checkpoint(stem: str | os.PathLike, model: Dreamer, cfg: ProtocolConfig
     older tensor files are removed only after the JSON is in place, so a kill at any moment
     leaves a JSON whose tensor file exists and matches its digest (with one ``stem.safetensors``
     rewritten in place, a kill between the two writes leaves new tensors beside the old JSON)."""
-    stem = Path(stem)
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
     if optimizer:
         tensors.update({f"opt.{k}": v for k, v in model.optimizer_tensors().items()})
+    return save_tensors(stem, tensors, cfg.to_dict(), meta, versioned=versioned, agent=cfg.agent)
+
+
+def save_tensors(stem: str | os.PathLike, tensors: dict[str, torch.Tensor], config: dict[str, Any],
+                 meta: dict[str, Any] | None = None, versioned: bool = False, agent: str = "") -> Path:
+    """The checkpoint files of :func:`save_checkpoint` from ready tensors (model ``state_dict`` names,
+    ``opt.*`` Adam state) and a config as a dict; returns the JSON path."""
+    stem = Path(stem)
     old = sorted(stem.parent.glob(f"{stem.name}.*.safetensors")) if versioned else []
     if versioned:
         k = 1 + max((int(p.name[len(stem.name) + 1:-len(".safetensors")]) for p in old
@@ -81,8 +88,8 @@ def save_checkpoint(stem: str | os.PathLike, model: Dreamer, cfg: ProtocolConfig
     else:
         st_path = stem.with_suffix(".safetensors")
     with atomic_tmp_path(st_path) as tmp:
-        save_file(tensors, str(tmp), metadata={"format": "metacog_fast.dreamer", "agent": cfg.agent})
-    doc = {"config": cfg.to_dict(), "meta": meta or {}, "tensors": st_path.name, "sha256": _digest(st_path),
+        save_file(tensors, str(tmp), metadata={"format": "metacog_fast.dreamer", "agent": agent})
+    doc = {"config": config, "meta": meta or {}, "tensors": st_path.name, "sha256": _digest(st_path),
            "bytes": st_path.stat().st_size}
     out = atomic_write_json(stem.with_suffix(".json"), doc)
     for p in old:
