@@ -70,7 +70,10 @@ def test_manifest_counts_and_sources(dataset) -> None:
     assert m["variations_played"] == 2 and len(m["variations"]) == 2  # one per task: round-robin
     assert {e["task_index"] for e in ex} == set(SHORT_TASKS)
     assert {e["source"] for e in ex} == {"scienceworld_gold"} and {e["split"] for e in ex} == {"train"}
-    assert m["gold_steps"] == m["examples"] + m["gold_steps_not_admissible"]
+    # every gold step with an executable form is an example (issue 50: not only the listed ones)
+    assert m["gold_steps"] == m["examples"] + m["gold_steps_unmapped"]
+    assert m["gold_steps_unmapped"] <= m["gold_steps_not_admissible"]
+    assert sum(m["gold_step_rules"].values()) == m["gold_steps"]
     assert len({e["id"] for e in ex}) == len(ex)
 
 
@@ -94,7 +97,8 @@ def test_prompts_are_what_llm_swift_scores(dataset, llm) -> None:
         mine = sorted((e for e in ex if e["task_index"] == task and e["variation"] == v), key=lambda e: e["step"])
         assert len(mine) == len(states)
         for e, g in zip(mine, states):
-            assert by_key[(task, v, e["step"])] is e and gold_path[e["step"]] == g.gold == e["gold"]
+            assert by_key[(task, v, e["step"])] is e and gold_path[e["step"]] == e["gold"]
+            assert g.gold == e["executable"] and g.gold in g.valid  # the gold step's executable form
             swift.propose(SwiftState(g.task, g.observation, g.last_action, g.valid, g.executed))
             prompt, options = rec.calls[-1]
             assert e["prompt"] == prompt

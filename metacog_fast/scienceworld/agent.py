@@ -80,6 +80,8 @@ class EpisodeResult:
     sage_reasons: list[str] = field(default_factory=list)
     """Per step: why Sage was called before it ("start", "invalid", "stagnation", "loop",
     "low_margin"; "no_progress", "plan_every" with ``sage_trigger="fixed"``; comma-joined), "" when not."""
+    rooms: list[str] = field(default_factory=list)
+    """Rooms the agent was in, in the order first entered (the start room first; "" when unknown)."""
     simplifications: str = ""
     """ScienceWorld simplifications the episode was played with ("" = the paper's setting, "easy")."""
 
@@ -119,6 +121,7 @@ class DualProcessAgent:
         m = Mechanisms()
         gate = Gate1(cfg.repair_cutoff)
         focus = FocusGuard(task)
+        rooms: list[str] = [room or ""]
         sage_reasons: list[str] = []
         self.critic.reset()
         buffer: deque[tuple[str, str]] = deque()  # (action, "sage"|"critic")
@@ -234,6 +237,8 @@ class DualProcessAgent:
                 m.swift_steps += 1
             m.invalid_steps += int(invalid)
             new_room = room_of(obs2) or room
+            if new_room and new_room not in rooms:
+                rooms.append(new_room)
             if self.amm is not None and write_memory:
                 kind = salience(action, obs2, delta, won, task)
                 if kind is not None:
@@ -268,7 +273,7 @@ class DualProcessAgent:
             agent_seconds=max(0.0, total - llm_s - (env_s - reset_s)),
             llm_calls=(usage.calls - calls0) if usage else 0,
             llm_tokens=(usage.total_tokens - tok0) if usage else 0,
-            actions=actions, sources=sources, notes=notes, sage_reasons=sage_reasons[: len(actions)],
+            actions=actions, sources=sources, notes=notes, sage_reasons=sage_reasons[: len(actions)], rooms=rooms,
             simplifications=str(getattr(getattr(env, "config", None), "simplifications", "") or ""),
         )
 

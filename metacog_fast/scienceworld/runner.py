@@ -292,7 +292,9 @@ def play_task(payload: dict[str, Any], done: Mapping[str, Any], workdir: Path) -
 
     cfg = RunConfig(**payload["config"])
     task, name, variations = payload["task"], payload["name"], payload["variations"]
-    llm = _llm(cfg)
+    # Swift-only ranker runs without the SRM Critic call no LLM: none is opened
+    needs_llm = cfg.use_sage or cfg.swift != "ranker" or any(config_for(c).use_srm for c in cfg.configs)
+    llm = _llm(cfg) if needs_llm else None
     swift = make_swift(cfg.swift, workdir, llm)
     warm_rel = f"memory/warmup/{name}.sqlite"
     warm_path = workdir / warm_rel

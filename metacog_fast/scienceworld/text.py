@@ -47,6 +47,8 @@ def overlap(a: set[str], b: set[str]) -> float:
 
 
 def room_of(observation: str) -> str | None:
-    """The room named by a "This room is called the X." observation, else None."""
-    m = re.search(r"room is called the ([a-z ]+?)\.", observation.lower())
+    """The room named by a "This room is called the X." observation, or entered by "You move to
+    the X." / "You teleport to the X.", else None."""
+    low = observation.lower()
+    m = re.search(r"room is called the ([a-z ]+?)\.", low) or re.match(r"\s*you (?:move|teleport) to the ([a-z ]+?)\.", low)
     return m.group(1).strip() if m else None
