@@ -12,7 +12,16 @@ import argparse
 import json
 from dataclasses import dataclass
 
-from metacog_fast.alfworld.config import AGENT_NAMES, MAP_MODES, REFLECT_ON, AgentConfig, PretrainConfig, RunConfig
+from metacog_fast.alfworld.config import (
+    AGENT_NAMES,
+    MAP_MODES,
+    REFLECT_ON,
+    SEED_SCHEMES,
+    TRIGGER_ACTIONS,
+    AgentConfig,
+    PretrainConfig,
+    RunConfig,
+)
 from metacog_fast.cli import checks
 from metacog_fast.cli.dataclass_args import ConfigError, add_command, build, parse, view
 from metacog_fast.cli.executor import ExecutorFlags
@@ -32,7 +41,8 @@ def games_found(split: str, data: str | None) -> None:
 
 _RUN_CHECKS = {"data": checks.existing_dir, "llm": checks.llm_uri, "reflector": checks.llm_uri}
 
-AgentFlags = view(AgentConfig, choices={"map_actions": MAP_MODES, "reflect_on": REFLECT_ON})
+AgentFlags = view(AgentConfig, choices={"map_actions": MAP_MODES, "reflect_on": REFLECT_ON, "seed_scheme": SEED_SCHEMES,
+                                        "trigger_action": TRIGGER_ACTIONS})
 """Per-episode behaviour, shared by ``run`` and ``pretrain``."""
 RunFlags = view(RunConfig, required=("agent",), choices={"agent": AGENT_NAMES},
                 aliases={"test_episodes": ("--episodes",)}, nested={"agent_config": AgentFlags},

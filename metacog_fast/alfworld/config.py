@@ -1,12 +1,34 @@
 """Configuration dataclasses of the ALFWorld language agents and of the protocol runner."""
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Mapping
 
 AGENT_NAMES = ("react", "reflexion", "muse", "muse-lowest", "muse-random", "fcrf")
 MAP_MODES = ("embed", "choose", "none")
 REFLECT_ON = ("every", "failure")
+SEED_SCHEMES = ("worker", "episode")
+TRIGGER_ACTIONS = ("rollouts", "replan")
+OPTION_DEFAULTS: dict[str, Any] = {"select_margin": 0.0, "trigger_steps": 3, "trigger_action": "rollouts",
+                                   "trigger_span": 3}
+"""What None stands for in these AgentConfig fields (None, so that run folders from before them resume:
+runs.folder.config_differences takes a field an old snapshot lacks as equal only when it is None)."""
+MUSE_AGENTS = ("muse", "muse-lowest", "muse-random")
+REFLECTING_AGENTS = ("reflexion", "fcrf", *MUSE_AGENTS)
+
+NEW_RUN_DEFAULTS: dict[str, tuple[Any, tuple[str, ...]]] = {
+    "reflect_on": ("failure", REFLECTING_AGENTS),
+    "seed_scheme": ("episode", MUSE_AGENTS),
+    "greedy_candidate": (True, MUSE_AGENTS),
+    "plan_in_prompt": (False, MUSE_AGENTS),
+}
+"""AgentConfig fields whose None means "the run's default": a new run folder gets the value here
+(for the agents listed; the others keep None, where the field means nothing), a resumed one the value
+its snapshot holds (missing or null there: None, which plays as before the field existed). See
+:func:`resolve_run_defaults` and docs/alfworld_agents.md "Defaults of new runs"."""
 
 SPLITS = ("train", "valid_seen", "valid_train", "valid_unseen")
 """ALFWorld's splits (``alfworld.env.SPLITS``; here too, so that checking a configuration imports no env)."""
@@ -83,6 +105,53 @@ class AgentConfig:
     tests/test_alfworld_muse_random_pick.py), for about a tenth of the decoding. The step's record
     then holds only the picked rollout's first action and its score. None or False: decode and score
     every rollout, as MUSE does."""
+    seed_scheme: str | None = None
+    """MUSE: where a step's rollout seeds come from. "episode": derived from (``seed``, game, episode
+    index, step index) (:func:`step_seed`), so a resumed run, or one with another worker count, draws
+    the same rollouts at the same step; MUSE-random's pick is drawn from the same seed. "worker" (None:
+    run folders from before this option): a counter that starts at ``seed`` in each worker process and
+    grows by ``rollouts`` per step, so it restarts on resume and depends on what the worker played
+    before (run 3). A new run gets "episode" (NEW_RUN_DEFAULTS)."""
+    greedy_candidate: bool | None = None
+    """MUSE: rollout 0 is decoded greedily (temperature 0), the others sampled at
+    ``rollout_temperature``. For MUSE (select "highest") the executed action is the greedy rollout's
+    unless another candidate's M_sa score is higher by at least ``select_margin``; MUSE-lowest and
+    MUSE-random keep their rule over the same candidates. None or False: every rollout sampled and the
+    highest score wins (paper 000; run folders from before this option). A new MUSE run gets True."""
+    select_margin: float | None = None
+    """With ``greedy_candidate``: how much higher than the greedy rollout's M_sa score another
+    candidate's must be to replace it (a replacement also needs a strictly higher score). To be
+    calibrated on valid_seen; None is 0.0: the highest score wins and ties keep the greedy action."""
+    plan_in_prompt: bool | None = None
+    """MUSE: whether the plan line goes into the actor's prompt (paper 000; None: run folders from
+    before this option) or only into M_sa's input (False: the actor reads ReAct's prompt, the one it
+    was trained on; issue 49, "the plan line is out of distribution"). A new MUSE run gets False."""
+    trigger_threshold: float | None = None
+    """MUSE's competence trigger: when the best candidate's M_sa score stays below this for
+    ``trigger_steps`` consecutive steps, the agent switches strategy (``trigger_action``). None: off."""
+    trigger_steps: int | None = None
+    """Consecutive low-competence steps that fire the trigger (its count restarts after each firing;
+    None: 3)."""
+    trigger_action: str | None = None
+    """What a firing changes: "rollouts" (``trigger_rollouts`` rollouts per step for the next
+    ``trigger_span`` steps) or "replan" (a new plan written from the task and the steps so far; it
+    replaces the plan M_sa scores with, and the actor's plan line where ``plan_in_prompt``). None:
+    "rollouts"."""
+    trigger_rollouts: int | None = None
+    """Rollouts per step while a "rollouts" firing lasts (``rollouts`` is the normal count; None: twice
+    ``rollouts``)."""
+    trigger_span: int | None = None
+    """Steps a "rollouts" firing lasts (None: 3)."""
+
+    def get(self, name: str) -> Any:
+        """The value of an option whose None stands for a fixed default (OPTION_DEFAULTS); the field
+        itself for any other."""
+        v = getattr(self, name)
+        if v is not None:
+            return v
+        if name == "trigger_rollouts":
+            return 2 * self.rollouts
+        return OPTION_DEFAULTS.get(name)
 
     def validate(self) -> "AgentConfig":
         if self.map_actions not in MAP_MODES:
@@ -100,6 +169,25 @@ class AgentConfig:
             raise ValueError("reflections_kept / max_thinks: expected >= 0")
         if not (self.rollout_temperature >= 0.0):
             raise ValueError(f"rollout_temperature: expected >= 0, got {self.rollout_temperature!r}")
+        if self.seed_scheme is not None and self.seed_scheme not in SEED_SCHEMES:
+            raise ValueError(f"seed_scheme: expected one of {SEED_SCHEMES}, got {self.seed_scheme!r}")
+        for name in ("greedy_candidate", "plan_in_prompt", "decode_only_pick"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, bool):
+                raise ValueError(f"{name}: expected None or a bool, got {v!r}")
+        m = self.get("select_margin")
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m < 0:
+            raise ValueError(f"select_margin: expected a finite float >= 0, got {m!r}")
+        t = self.trigger_threshold
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 < t <= 1.0):
+            raise ValueError(f"trigger_threshold: expected None or a score in (0, 1], got {t!r}")
+        for name in ("trigger_steps", "trigger_rollouts", "trigger_span"):
+            _check_int(name, self.get(name), 1)
+        if self.get("trigger_action") not in TRIGGER_ACTIONS:
+            raise ValueError(f"trigger_action: expected one of {TRIGGER_ACTIONS}, got {self.trigger_action!r}")
+        if self.trigger_threshold is not None and self.decode_only_pick:
+            raise ValueError("trigger_threshold: the competence trigger needs every rollout's score; "
+                             "decode_only_pick scores only the pick")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,6 +200,29 @@ class AgentConfig:
         if unknown:
             raise ValueError(f"agent config: unknown fields {sorted(unknown)}")
         return cls(**d).validate()
+
+
+def step_seed(seed: int, game: str, episode: int, step: int) -> int:
+    """The seed of one MUSE step under ``seed_scheme="episode"``: a hash of (config seed, game key,
+    episode index, step index), in [0, 2**31) so that rollout i's seed (+ i) stays a valid llama.cpp seed."""
+    key = f"{int(seed)}\x1f{game}\x1f{int(episode)}\x1f{int(step)}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") % (2**31 - 64)
+
+
+def resolve_run_defaults(agent: str, ac: AgentConfig, snapshot: Mapping[str, Any] | None) -> AgentConfig:
+    """``ac`` with its NEW_RUN_DEFAULTS fields that are None set: from ``snapshot`` (the resumed run
+    folder's agent_config; a missing field stays None) or, for a new folder (``snapshot`` None), to the
+    new-run default where it applies to ``agent``. Fields set explicitly are left as they are (the run
+    folder then checks them against the snapshot)."""
+    changes: dict[str, Any] = {}
+    for name, (value, agents) in NEW_RUN_DEFAULTS.items():
+        if getattr(ac, name) is not None:
+            continue
+        if snapshot is not None:
+            changes[name] = snapshot.get(name)
+        elif agent in agents:
+            changes[name] = value
+    return dataclasses.replace(ac, **changes) if changes else ac
 
 
 @dataclass

@@ -51,6 +51,16 @@ def plan_prompt(examples: Sequence[dict[str, Any]], intro: str, notes: Sequence[
     return "\n\n".join(parts)
 
 
+def replan_prompt(examples: Sequence[dict[str, Any]], intro: str, pairs: Sequence[tuple[str, str]],
+                  notes: Sequence[str] = ()) -> str:
+    """MUSE's mid-episode plan (the competence trigger's "replan"): the plan prompt with the episode's
+    last steps and the request for a new plan from where the agent stands, ending in "New plan: 1."."""
+    head = plan_prompt(examples, intro, notes)
+    head = head[: head.rindex("\nPlan: 1.")]
+    return (f"{head}\nSteps so far:\n{trajectory_tail(pairs, 6)}"
+            "The steps so far are not working. Write a new plan from here.\nNew plan: 1.")
+
+
 def _task_line(intro: str) -> str:
     for line in intro.splitlines():
         if line.startswith("Your task is to:"):

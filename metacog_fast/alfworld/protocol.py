@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from metacog_fast.alfworld.config import AgentConfig, PretrainConfig, RunConfig
+from metacog_fast.alfworld.config import AgentConfig, PretrainConfig, RunConfig, resolve_run_defaults
 from metacog_fast.alfworld.fewshot import TASK_TYPES, load_examples
 from metacog_fast.llm.models import models_identity
 from metacog_fast.runs import ExecutorConfig, Record, RunFolder, RunSummary, SideFile, Task, run_tasks
@@ -285,10 +285,25 @@ def _warn_examples(cfg: RunConfig) -> None:
                       UserWarning, stacklevel=3)
 
 
+def resolved_config(run_dir: str | Path, cfg: RunConfig) -> RunConfig:
+    """``cfg`` with the agent settings left at None ("the run's default", config.NEW_RUN_DEFAULTS)
+    set: a new folder gets the new-run defaults, a resumed one what its snapshot holds (so a folder
+    from before an option resumes with the behaviour it was played with)."""
+    snap = Path(run_dir) / "config.json"
+    old = None
+    if snap.exists():
+        doc = read_json(snap)
+        old = doc.get("config", doc) if isinstance(doc, dict) else None
+        old = (old or {}).get("agent_config") or {} if isinstance(old, dict) else {}
+    return dataclasses.replace(cfg, agent_config=resolve_run_defaults(cfg.agent, cfg.agent_config, old))
+
+
 def prepare_run(run_dir: str | Path, cfg: RunConfig) -> tuple[RunFolder, list[dict[str, str]]]:
     """Open the run folder (config.json written, or checked against ``cfg`` when resuming: only
     ``workers`` may differ, and the models behind the URIs must be the ones the run was started
-    with) and return it with the run's games."""
+    with) and return it with the run's games. ``cfg``'s run-default fields are resolved first
+    (:func:`resolved_config`)."""
+    cfg = resolved_config(run_dir, cfg)
     cfg.validate()
     _warn_examples(cfg)
     games = select_games(cfg.split, cfg.tasks, cfg.data)
@@ -299,6 +314,7 @@ def prepare_run(run_dir: str | Path, cfg: RunConfig) -> tuple[RunFolder, list[di
 
 def _run_collect(run_dir: str | Path, cfg: RunConfig, fewshot: str | Path, executor: ExecutorConfig | None,
                  record_plan: bool, play: bool = True) -> tuple[RunFolder, list[dict[str, str]], RunSummary | None]:
+    cfg = resolved_config(run_dir, cfg)
     folder, games = prepare_run(run_dir, cfg)
     ac = cfg.agent_config
     examples = load_examples(fewshot, ac.examples, ac.example_max_steps, cfg.data)

@@ -13,7 +13,9 @@
   (``auroc2_<cond>_within_type``);
 * costs per episode: LLM calls, prompt/completion tokens, LLM / env / agent seconds;
 * MUSE's room for selection (``selection``): steps whose rollouts began with different actions,
-  and steps whose executed action was not the first rollout's;
+  and steps whose executed action was not the first rollout's; with a greedy candidate
+  (``greedy_candidate``), the steps on which the margin rule replaced the greedy action;
+* MUSE's competence trigger (``trigger``): firings per test episode, by what they changed;
 * every pair of agents compared on per-game success (paired bootstrap over the games both
   played: difference, interval, p; ``comparisons``);
 * the paper's claims about the ordering of the agents (``PAPER_CLAIMS``) tested as stated on the
@@ -148,6 +150,9 @@ def summarize(recs: list[dict[str, Any]], phase: str = "test", adapted: bool = T
     selection = selection_counts([s for r in sel for s in r["step_log"]])
     if selection:
         out["selection"] = selection
+    trig = trigger_counts(sel)
+    if trig:
+        out["trigger"] = trig
     return out
 
 
@@ -186,7 +191,38 @@ def selection_counts(step_log: list[dict[str, Any]]) -> dict[str, Any] | None:
     return {"steps": len(steps),
             "steps_with_choice": sum(d >= 2 for d in distinct),
             "mean_distinct_first_actions": float(np.mean(distinct)),
-            "steps_not_first_sample": sum(bool(f) and s.get("action") != f[0] for s, f in zip(steps, firsts))}
+            "steps_not_first_sample": sum(bool(f) and s.get("action") != f[0] for s, f in zip(steps, firsts)),
+            **_greedy_counts(steps)}
+
+
+def _greedy_counts(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Steps with a greedy candidate 0 (``greedy_replaced`` recorded): on how many the margin rule
+    replaced it, and on how many of those the executed action differs from the greedy one."""
+    g = [s for s in steps if "greedy_replaced" in s]
+    if not g:
+        return {}
+    return {"steps_greedy": len(g), "steps_greedy_replaced": sum(bool(s["greedy_replaced"]) for s in g),
+            "steps_greedy_action_changed": sum(bool(s.get("greedy_action_changed")) for s in g)}
+
+
+def trigger_counts(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """MUSE's competence-trigger firings (steps with a ``trigger`` entry) in ``records``: the episodes
+    played with the trigger on (steps recording ``competence_low_steps``), total firings, firings per
+    episode (mean, max), episodes with at least one, and firings by action. None when no episode
+    had the trigger on."""
+    on = [r for r in records if any("competence_low_steps" in s for s in r["step_log"])]
+    if not on:
+        return None
+    per = [sum(1 for s in r["step_log"] if s.get("trigger")) for r in on]
+    by: dict[str, int] = {}
+    for r in on:
+        for s in r["step_log"]:
+            if s.get("trigger"):
+                by[s["trigger"]["action"]] = by.get(s["trigger"]["action"], 0) + 1
+    return {"episodes": len(on), "firings": int(sum(per)), "per_episode_mean": float(np.mean(per)),
+            "per_episode_max": int(max(per)), "episodes_with_firing": sum(k > 0 for k in per),
+            "won_with_firing": sum(bool(r["won"]) for r, k in zip(on, per) if k > 0),
+            "by_action": by}
 
 
 def _pct(x: Any) -> str:
@@ -438,6 +474,27 @@ def render_tables(agents: dict[str, dict[str, Any]], comparisons: list[dict[str,
             L.append(f"| {a} | {n} | {c['steps_with_choice']} ({100 * c['steps_with_choice'] / n:.0f}%) | "
                      f"{c['mean_distinct_first_actions']:.2f} | {c['steps_not_first_sample']} "
                      f"({100 * c['steps_not_first_sample'] / n:.0f}%) |")
+    greedy_rows = [a for a in sel_rows if agents[a]["selection"].get("steps_greedy")]
+    if greedy_rows:
+        L.append("\nWith a greedy candidate 0: steps on which another candidate's score beat the greedy one's by the "
+                 "margin (`select_margin`), and those on which that changed the executed action.\n")
+        L.append("| Agent | steps | greedy replaced | action changed |\n|---|---|---|---|")
+        for a in greedy_rows:
+            c = agents[a]["selection"]
+            n = c["steps_greedy"]
+            L.append(f"| {a} | {n} | {c['steps_greedy_replaced']} ({100 * c['steps_greedy_replaced'] / n:.0f}%) | "
+                     f"{c['steps_greedy_action_changed']} |")
+    trig_rows = [a for a in order if agents[a].get("trigger")]
+    if trig_rows:
+        L.append("\n## MUSE's competence trigger (test episodes)\n")
+        L.append("Firings: the best candidate's M_sa score stayed below `trigger_threshold` for `trigger_steps` steps.\n")
+        L.append("| Agent | episodes | firings | per episode (mean / max) | episodes with a firing (won) | by action |"
+                 "\n|---|---|---|---|---|---|")
+        for a in trig_rows:
+            t = agents[a]["trigger"]
+            by = ", ".join(f"{k} {v}" for k, v in sorted(t["by_action"].items())) or "—"
+            L.append(f"| {a} | {t['episodes']} | {t['firings']} | {t['per_episode_mean']:.2f} / {t['per_episode_max']} | "
+                     f"{t['episodes_with_firing']} ({t['won_with_firing']}) | {by} |")
     if claims:
         L += claims_markdown(claims, "The paper's claims, tested as stated (per-game success)", "game")
     if claims_onfail:
