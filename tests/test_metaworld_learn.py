@@ -243,6 +243,7 @@ def test_run_resumes_after_sigkill_with_the_same_records(tmp_path):
 
 def test_schedule_and_report(tmp_path):
     from metacog_fast.metaworld.learn.report import LearnReportConfig, learn_report
+    from metacog_fast.metaworld.learn.records import read_curve
     from metacog_fast.metaworld.learn.schedule import LearnSchedule, run_schedule
 
     sched = LearnSchedule(tasks=("drawer-close-v3",), seeds=(0, 1), stage_steps=40, run_root=str(tmp_path / "runs"),
@@ -279,6 +280,15 @@ def test_schedule_and_report(tmp_path):
                                        "published": pub.mean_at(0)}]
     with pytest.raises(ValueError, match="^runs:"):
         learn_report(LearnReportConfig(runs=str(tmp_path / "nothing")))
+    # two runs at once (one process each) draw the same curves as one after the other
+    par = LearnSchedule(tasks=("drawer-close-v3",), seeds=(0, 1), stage_steps=40, run_root=str(tmp_path / "par"),
+                        out_root=None, progress=False, workers=2)
+    assert [s["updates"] for s in run_schedule(par, tiny(env_steps=80))] == [s["updates"] for s in states]
+    for seed in (0, 1):
+        a, b = (tmp_path / root / "drawer-close-v3" / f"seed{seed}" for root in ("runs", "par"))
+        assert _without_timing(read_curve(b)) == _without_timing(read_curve(a))
+    with pytest.raises(ValueError, match="workers"):
+        LearnSchedule(workers=0).validate()
 
 
 def test_profile_times_both_precisions(tmp_path):

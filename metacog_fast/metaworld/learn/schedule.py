@@ -33,7 +33,10 @@ class LearnSchedule:
     out_root: str | None = "results/metaworld/learning/runs"
     """After each run's round, its curve.{json,csv} are copied to <out_root>/<task>/seed<seed>, with train_curve.csv (None: not)."""
     progress: bool = True
-    """Progress bar of each run."""
+    """Progress bar of each run (with one worker; several workers print a line per run and round)."""
+    workers: int = 1
+    """Runs trained at once within a round, one process each (one per core: each run uses
+    ``torch_threads`` threads, 1 by default). The curves do not depend on it (tested)."""
 
     def validate(self) -> "LearnSchedule":
         if not self.tasks:
@@ -42,30 +45,46 @@ class LearnSchedule:
             raise ValueError("seeds: expected at least one seed")
         if self.stage_steps < 1:
             raise ValueError(f"stage_steps: expected a positive integer, got {self.stage_steps}")
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
+            raise ValueError(f"workers: expected an int >= 1, got {self.workers!r}")
         return self
 
 
-def run_schedule(schedule: LearnSchedule, base: LearnConfig) -> list[dict[str, Any]]:
-    """Train every (task, seed) of ``schedule`` to ``base.env_steps`` in rounds; returns the final states."""
-    from metacog_fast.metaworld.learn.run import LearnRunner
+def _advance(c: LearnConfig, target: int, run_root: str, out_root: str | None, progress: bool) -> dict[str, Any]:
+    """One run of a round: ``c`` trained (or resumed) to ``target`` env steps; its curves copied."""
     from metacog_fast._atomic import atomic_write_bytes
     from metacog_fast.metaworld.learn.records import write_curves
+    from metacog_fast.metaworld.learn.run import LearnRunner
 
+    run_dir = Path(run_root) / c.task / f"seed{c.seed}"
+    state = LearnRunner(replace(c, env_steps=target), run_dir, progress=progress).run()
+    if out_root:
+        out = Path(out_root) / c.task / f"seed{c.seed}"
+        write_curves(run_dir, out)
+        atomic_write_bytes(out / "train_curve.csv", (run_dir / "train_curve.csv").read_bytes())
+    print(f"round to {target}: {c.task} seed {c.seed} at {state['env_steps']} env steps, "
+          f"{state['updates']} updates", flush=True)
+    return state
+
+
+def run_schedule(schedule: LearnSchedule, base: LearnConfig) -> list[dict[str, Any]]:
+    """Train every (task, seed) of ``schedule`` to ``base.env_steps`` in rounds, ``schedule.workers``
+    runs at a time (processes); returns the final states."""
     schedule.validate()
     cfgs = [replace(base, task=t, seed=s, model=replace(base.model)) for t in schedule.tasks for s in schedule.seeds]
     for c in cfgs:
         c.validate()
-    states: dict[int, dict[str, Any]] = {}
+    states: list[dict[str, Any]] = [{} for _ in cfgs]
     target = 0
     while target < base.env_steps:
         target = min(target + schedule.stage_steps, base.env_steps)
-        for i, c in enumerate(cfgs):
-            run_dir = Path(schedule.run_root) / c.task / f"seed{c.seed}"
-            states[i] = LearnRunner(replace(c, env_steps=target), run_dir, progress=schedule.progress).run()
-            if schedule.out_root:
-                out = Path(schedule.out_root) / c.task / f"seed{c.seed}"
-                write_curves(run_dir, out)
-                atomic_write_bytes(out / "train_curve.csv", (run_dir / "train_curve.csv").read_bytes())
-            print(f"round to {target}: {c.task} seed {c.seed} at {states[i]['env_steps']} env steps, "
-                  f"{states[i]['updates']} updates", flush=True)
-    return [states[i] for i in range(len(cfgs))]
+        if schedule.workers == 1:
+            states = [_advance(c, target, schedule.run_root, schedule.out_root, schedule.progress) for c in cfgs]
+            continue
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(schedule.workers, len(cfgs)), mp_context=mp.get_context("spawn")) as ex:
+            futs = [ex.submit(_advance, c, target, schedule.run_root, schedule.out_root, False) for c in cfgs]
+            states = [f.result() for f in futs]
+    return states
