@@ -160,8 +160,8 @@ def test_trigger_replan(llm, scorer, memory):
 SHORT = "### Your turn\nYou see a fridge 1.\nYour task is to: heat some egg.\n"
 """A prompt under 64 tokens: generation and scoring then compute every row in the same (small) ubatch
 class (llama_batch.GEMM_ROWS). On longer prompts the prompt's last row is in the large class when
-generating and in the small one when scoring, and the two differ by more than rounding (0.09 nats on
-one measured action line)."""
+generating and in the small one when scoring, and the two differ by more than rounding (0.088 nats on
+the one action line measured)."""
 
 
 def test_action_logprob_recorded_and_equal_to_scoring(llm, scorer):
