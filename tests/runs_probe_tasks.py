@@ -48,7 +48,7 @@ def chain_group(payload: Mapping[str, Any], done: Mapping[str, Any], workdir: Pa
         state = chain_value(half, work - work // 2)
         with open(log, "a") as f:
             f.write(f"{key}\n")
-        yield Record(key, {"group": group, "episode": i, "value": state, "pid": os.getpid(),
+        yield Record(key, {"group": group, "episode": i, "value": state, "pid": os.getpid(), "nice": os.nice(0),
                            "resumed_from": len(done)})
         yield SideFile(f"logs/{group}.txt", log.read_bytes())
 

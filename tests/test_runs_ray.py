@@ -11,6 +11,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from metacog_fast.runs import ExecutorConfig, RunFolder, run_tasks  # noqa: E402
+from metacog_fast.runs.ray_executor import start_local_cluster  # noqa: E402
 import runs_probe_tasks  # noqa: E402
 from runs_probe_tasks import chain_group, chain_key, chain_tasks, expected_values  # noqa: E402
 
@@ -23,8 +24,7 @@ def cluster():
     (Ray's workers do not have tests/ on their path)."""
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
-             log_to_driver=False)
+    start_local_cluster(2)
     ray.cloudpickle.register_pickle_by_value(runs_probe_tasks)
     yield ray
     ray.cloudpickle.unregister_pickle_by_value(runs_probe_tasks)
@@ -44,6 +44,8 @@ def test_ray_executor_starts_and_stops_its_own_local_cluster(tmp_path):
         ray.cloudpickle.unregister_pickle_by_value(runs_probe_tasks)
     assert (s.executor, s.played, s.duplicates) == ("ray", 4, 0)
     assert [folder.read(chain_key("g1", i))["value"] for i in range(2)] == expected_values("g1", 2, WORK)
+    # its workers run at this process's priority (Ray's default, nice 15, starves them under load)
+    assert {folder.read(chain_key(g, i))["nice"] for g in ("g0", "g1") for i in range(2)} == {os.nice(0)}
     assert not ray.is_initialized()
 
 

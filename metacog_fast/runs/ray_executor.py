@@ -18,6 +18,18 @@ def _ray_job(job: Job) -> Any:
     yield from execute(job)
 
 
+def start_local_cluster(workers: int) -> None:
+    """A new single-machine Ray cluster with ``workers`` CPUs on 127.0.0.1, its workers at the
+    driver's priority. Ray starts workers at nice 15 by default, so that its own daemons stay
+    responsive; here the workers do all the work while the driver waits, and at nice 15 any other
+    process on the machine starves them (ALFWorld on Ray with one busy process beside it: 42 s ->
+    382 s, docs/runs.md)."""
+    import ray
+
+    ray.init(address="local", num_cpus=workers, include_dashboard=False, _node_ip_address="127.0.0.1",
+             log_to_driver=False, _system_config={"worker_niceness": 0})
+
+
 class RayExecutor:
     """``address``: "ray" (a local cluster: the connected one, else one running here, else a new
     one with ``workers`` CPUs on 127.0.0.1) or "ray://host:port" (a remote client server)."""
@@ -38,8 +50,7 @@ class RayExecutor:
                 try:
                     ray.init(address="auto", log_to_driver=False)
                 except ConnectionError:
-                    ray.init(address="local", num_cpus=workers, include_dashboard=False,
-                             _node_ip_address="127.0.0.1", log_to_driver=False)
+                    start_local_cluster(workers)
             self._started = True
         self._remote = ray.remote(num_returns="streaming", max_retries=0, num_cpus=cpus_per_task)(_ray_job)
 
