@@ -78,6 +78,10 @@ def test_periodic_loop_detection() -> None:
     assert periodic_loop(["x", a, b, c, d, a, b, c]) == 0
     assert periodic_loop([a, b, a, b], repeats=3) == 0
     assert periodic_loop([]) == 0
+    # on (action, observation) pairs: boil's gold alternation while the temperature rises is no loop
+    ex, th = "examine substance in metal pot", "use thermometer on substance in metal pot"
+    rising = [(ex, "water"), (th, "10 degrees"), (ex, "water"), (th, "20 degrees"), (ex, "water"), (th, "30 degrees")]
+    assert periodic_loop([a for a, _ in rising]) == 2 and periodic_loop(rising) == 0
 
 
 def test_focus_guard_allows_only_the_tasks_target() -> None:
@@ -191,7 +195,8 @@ def _repeat_last_ranker() -> RankerSwift:
 
 @pytest.mark.parametrize("guard", [False, True])
 def test_loop_guard_breaks_a_periodic_loop(thermo_env, guard: bool) -> None:
-    cfg = config_for("baseline", use_sage=False, loop_guard=guard, max_steps=10, budget_factor=0.0)
+    cfg = config_for("baseline", use_sage=False, loop_guard=guard, loop_same_observations=False, max_steps=10,
+                     budget_factor=0.0)
     res = DualProcessAgent(cfg, _repeat_last_ranker(), llm=None).run(thermo_env, thermo_env.variations[1], "b")
     assert res.steps == 10 and res.mechanisms["sage_calls"] == 0 and res.sage_reasons == [""] * 10
     if guard:

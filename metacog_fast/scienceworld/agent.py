@@ -123,6 +123,7 @@ class DualProcessAgent:
         focus = FocusGuard(task)
         rooms: list[str] = [room or ""]
         sage_reasons: list[str] = []
+        looped: list[tuple[str, str]] = []  # (action, observation): a loop repeats both
         self.critic.reset()
         buffer: deque[tuple[str, str]] = deque()  # (action, "sage"|"critic")
         traj: list[Step] = []
@@ -148,7 +149,7 @@ class DualProcessAgent:
             t = len(actions)
             cands = candidate_actions(valid, obs)
             vs = ValidSet(cands, room)
-            loop_p = periodic_loop(actions, cfg.loop_period, cfg.loop_repeats)
+            loop_p = periodic_loop(looped if cfg.loop_same_observations else actions, cfg.loop_period, cfg.loop_repeats)
             mask = set(actions[-loop_p:]) if (cfg.loop_guard and loop_p) else set()
             allowed = [a for a in cands if a not in mask and (not cfg.focus_guard or focus.allowed(a))]
             if not allowed:  # everything masked: the guards give way rather than stop the episode
@@ -158,7 +159,8 @@ class DualProcessAgent:
                 recs = self.amm.retrieve(task, room, obs)
                 m.t1 += 1
                 state.boosts = AMM.boosts(recs, vs.exact, cfg.t1_boost)
-            reasons = self._sage_reasons(t, last_invalid, no_progress, last_sage, loop_p, state) if cfg.use_sage else []
+            reasons = (self._sage_reasons(t, last_invalid, no_progress, last_sage, loop_p, state)
+                       if cfg.use_sage and not buffer else [])
             sage_reasons.append(",".join(reasons) if (reasons and not buffer) else "")
             if not buffer and reasons:
                 memories: list[str] = []
@@ -249,6 +251,7 @@ class DualProcessAgent:
             history.append((action, obs2))
             executed[action] = executed.get(action, 0) + 1
             focus.executed(action)
+            looped.append((action, obs2.strip()))
             actions.append(action)
             sources.append(source)
             swift_failed = source == "swift" and (invalid or delta < 0 or obs2.strip() == obs.strip())

@@ -64,6 +64,9 @@ class AgentConfig:
     """Longest loop period the loop guard looks for."""
     loop_repeats: int = 2
     """Copies of a block that make a loop (and at least 4 actions)."""
+    loop_same_observations: bool = True
+    """A loop must repeat the observations too (a boil's alternating "examine" / "use thermometer"
+    while the temperature rises is progress, not a loop); False: the actions alone."""
     focus_guard: bool = True
     """``focus on X`` only where X is the task's target (a wrong focus ends the episode with -100)."""
     critic_budget: int = 3
