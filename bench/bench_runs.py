@@ -44,8 +44,10 @@ def _records(folder: Path) -> dict[str, list]:
 def ray_cluster():
     import ray
 
+    from metacog_fast.runs.ray_executor import start_local_cluster
+
     t = time.perf_counter()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+    start_local_cluster(2)  # as the executor starts one: workers at the driver's priority
     start_s = time.perf_counter() - t
     yield start_s
     ray.shutdown()
