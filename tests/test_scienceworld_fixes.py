@@ -41,6 +41,9 @@ PLANT = "Your task is to find a(n) plant. First, focus on the thing. Then, move 
      "strip containing"),
     ("examine substance in metal pot", ["look at substance in metal pot"], "look at substance in metal pot",
      "examine->look at"),
+    ("focus on apple tree in the seedling stage in self watering flower pot 6",
+     ["focus on apple tree in self watering flower pot 6", "focus on apple tree in self watering flower pot 9"],
+     "focus on apple tree in self watering flower pot 6", "strip life stage"),
     ("look around", ["open door"], "look around", ""),
 ])
 def test_gold_steps_map_to_the_valid_list(gold: str, valid: list[str], expected: str, rule: str) -> None:

@@ -4,7 +4,8 @@ Grounding maps a text action onto the current valid set (``get_valid_action_obje
 plus the simulator's always-valid verbs) with deterministic repairs of minor mismatches:
 case, punctuation, articles, ``teleport to``/``go to``, ``<room> door``/``door to <room>`` (both
 ways), a trailing ``in <current room>``, ``in inventory`` after an object, the letter of an unknown
-substance (``unknown substance B``), a ``containing ...`` clause of a container, ``examine X`` /
+substance (``unknown substance B``), a life stage (``in the seedling stage``), a ``containing ...``
+clause of a container, ``examine X`` /
 ``look at X``, and a close spelling of the same verb. Anything else is not repairable and Gate-1
 drops it.
 
@@ -79,13 +80,15 @@ class ValidSet:
 _INV = re.compile(r" in inventory\b")
 _LETTER = re.compile(r"\b(unknown substance) [a-z]\b")
 _CONTAINING = re.compile(r" containing .*?(?= in | on | to | into |$)")
+_STAGE = re.compile(r" in (?:the )?[a-z]+ stage\b")
 
 
 def _object_forms(n: str) -> list[tuple[str, str]]:
     """Rewrites of the object phrases of normalised action ``n`` (in order of preference)."""
     out: list[tuple[str, str]] = []
     cur = n
-    for pat, rule in ((_INV, "strip in inventory"), (_LETTER, "substance letter"), (_CONTAINING, "strip containing")):
+    for pat, rule in ((_INV, "strip in inventory"), (_LETTER, "substance letter"), (_STAGE, "strip life stage"),
+                      (_CONTAINING, "strip containing")):
         new = pat.sub(r"\1", cur) if rule == "substance letter" else pat.sub("", cur)
         new = " ".join(new.split())
         if new != cur:
