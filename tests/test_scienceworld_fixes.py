@@ -76,8 +76,9 @@ def test_periodic_loop_detection() -> None:
     a, b, c, d = "activate sink", "look around", "deactivate sink", "look around"
     assert periodic_loop(["x", a, b, c, d, a, b, c, d]) == 4
     assert loop_mask(["x", a, b, c, d, a, b, c, d]) == {a, b, c}
-    assert periodic_loop(["w", "w", "w", "w"]) == 1
-    assert periodic_loop(["w", "w", "w"]) == 0  # a period-1 repeat counts from 4 actions
+    assert periodic_loop(["w", "w"]) == 1  # the same step twice in a row
+    assert periodic_loop(["w"]) == 0
+    assert periodic_loop(["w", "w", "w"], min_length=4) == 0  # a period-1 repeat counts from 4 actions
     assert periodic_loop(["x", a, b, c, d, a, b, c]) == 0
     assert periodic_loop([a, b, a, b], repeats=3) == 0
     assert periodic_loop([]) == 0

@@ -149,7 +149,8 @@ class DualProcessAgent:
             t = len(actions)
             cands = candidate_actions(valid, obs)
             vs = ValidSet(cands, room)
-            loop_p = periodic_loop(looped if cfg.loop_same_observations else actions, cfg.loop_period, cfg.loop_repeats)
+            loop_p = periodic_loop(looped if cfg.loop_same_observations else actions, cfg.loop_period, cfg.loop_repeats,
+                                   cfg.loop_min_length)
             mask = set(actions[-loop_p:]) if (cfg.loop_guard and loop_p) else set()
             allowed = [a for a in cands if a not in mask and (not cfg.focus_guard or focus.allowed(a))]
             if not allowed:  # everything masked: the guards give way rather than stop the episode

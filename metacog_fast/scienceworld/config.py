@@ -63,7 +63,9 @@ class AgentConfig:
     loop_period: int = 6
     """Longest loop period the loop guard looks for."""
     loop_repeats: int = 2
-    """Copies of a block that make a loop (and at least 4 actions)."""
+    """Copies of a block that make a loop (and at least ``loop_min_length`` steps)."""
+    loop_min_length: int = 2
+    """Steps a loop spans at least (2: the same step twice in a row is one)."""
     loop_same_observations: bool = True
     """A loop must repeat the observations too (a boil's alternating "examine" / "use thermometer"
     while the temperature rises is progress, not a loop); False: the actions alone."""
@@ -94,7 +96,8 @@ class AgentConfig:
         if self.loop_repeats < 2:
             raise ValueError(f"loop_repeats: expected >= 2, got {self.loop_repeats}")
         for name in ("max_steps", "sage_candidates", "sage_actions", "plan_every", "no_progress_steps",
-                     "stagnation_window", "memory_k", "history", "stagnation_steps", "loop_period"):
+                     "stagnation_window", "memory_k", "history", "stagnation_steps", "loop_period",
+                     "loop_min_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
         if not self.budget_factor >= 0:

@@ -1,7 +1,7 @@
 """Action guards of the episode loop: a loop guard and a focus guard (SwiftSage-style).
 
-* **Loop guard.** A strictly periodic tail of the executed actions (the last ``repeats`` x ``p``
-  actions are ``repeats`` copies of one block of ``p`` actions) is a loop; every action of the
+* **Loop guard.** A strictly periodic tail of the executed steps (the last ``repeats`` x ``p``
+  steps are ``repeats`` copies of one block of ``p``) is a loop; every action of the
   repeated block is masked for the next choice, so the agent has to do something else once.
 * **Focus guard.** In ScienceWorld ``focus on X`` is irreversible and focusing on the wrong object
   ends the episode with -100. ``focus on X`` is allowed only where X is the task's target as the
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from metacog_fast.scienceworld.text import tokens
 
@@ -27,12 +28,13 @@ _FOCUS_INSTR = re.compile(r"focus on (?:the |a |an )?([a-z0-9 \-]+?)(?:[.,;]| th
 _HEAD_END = re.compile(r" (?:in|on|containing|from|into) ")
 
 
-def periodic_loop(actions: list[str], max_period: int = 6, repeats: int = 2, min_length: int = 4) -> int:
+def periodic_loop(actions: list[Any], max_period: int = 6, repeats: int = 2, min_length: int = 2) -> int:
     """The shortest period ``p`` (1..``max_period``) such that the last ``max(repeats*p, min_length)``
     actions repeat one block of ``p`` actions; 0 when the tail is not periodic.
 
-    ``actions``: executed actions, oldest first. ``min_length`` keeps a period-1 or -2 repeat from
-    counting before it has run ``min_length`` steps."""
+    ``actions``: executed actions (or (action, observation) pairs), oldest first. ``min_length``
+    keeps a short period from counting before it has run ``min_length`` steps (2: the same step
+    twice in a row is already a loop)."""
     n = len(actions)
     for p in range(1, max_period + 1):
         span = max(repeats * p, min_length)
@@ -44,7 +46,7 @@ def periodic_loop(actions: list[str], max_period: int = 6, repeats: int = 2, min
     return 0
 
 
-def loop_mask(actions: list[str], max_period: int = 6, repeats: int = 2, min_length: int = 4) -> set[str]:
+def loop_mask(actions: list[str], max_period: int = 6, repeats: int = 2, min_length: int = 2) -> set[str]:
     """Actions to mask for the next choice: every action of a detected loop's block (empty: no loop)."""
     p = periodic_loop(actions, max_period, repeats, min_length)
     return set(actions[-p:]) if p else set()
