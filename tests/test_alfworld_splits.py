@@ -1,0 +1,71 @@
+"""The room-disjoint validation split (metacog_fast.alfworld.splits): names parsed, scenes drawn per
+room kind with every task type held out in proportion, the committed file equal to what the code
+computes from the games, and bad input named."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from metacog_fast.alfworld.splits import (DEFAULT_FILE, TASK_TYPES, heldout_scenes, in_heldout_rooms, room_kind,
+                                          scene_of, select_heldout_scenes, split_summary, task_type_of,
+                                          write_heldout_file)
+
+TRAIN = Path(__file__).resolve().parents[1] / "data" / "alfworld" / "json_2.1.1" / "train"
+
+
+def test_names_parse():
+    g = "pick_and_place_simple-Apple-None-Fridge-6"
+    assert scene_of(g) == 6 and task_type_of(g) == "pick_and_place_simple"
+    p = f"/x/json_2.1.1/train/{g}/trial_T20190907_174127_043461/game.tw-pddl"
+    assert scene_of(p) == 6 and task_type_of(p) == "pick_and_place_simple"
+    assert [room_kind(s) for s in (6, 214, 301, 430)] == ["kitchen", "livingroom", "bedroom", "bathroom"]
+    for bad in ("trial_T2019", "pick_and_place_simple", "nothing-here-7"):
+        with pytest.raises(ValueError, match="game"):
+            scene_of(bad)
+    with pytest.raises(ValueError, match="scene"):
+        room_kind(150)
+
+
+def _synthetic() -> list[str]:
+    games = []
+    for kind in (0, 200, 300, 400):
+        for s in range(1, 31):
+            for t in TASK_TYPES:
+                if t == "look_at_obj_in_light" and kind == 0:
+                    continue  # as in ALFWorld: no lamp tasks in kitchens
+                games.append(f"{t}-Obj-None-Recep-{kind + s}")
+    return games
+
+
+def test_selection_is_deterministic_proportional_and_balanced():
+    games = _synthetic()
+    a = select_heldout_scenes(games, 12, seed=1, draws=200)
+    assert a == select_heldout_scenes(games, 12, seed=1, draws=200)
+    assert a != select_heldout_scenes(games, 12, seed=2, draws=200)
+    assert len(a) == 12 and all(sum(room_kind(s) == k for s in a) == 3
+                                for k in ("kitchen", "livingroom", "bedroom", "bathroom"))
+    summary = split_summary(games, a)
+    assert all(v["heldout"] > 0 for v in summary.values())
+    assert sum(v["heldout"] + v["rest"] for v in summary.values()) == len(games)
+    with pytest.raises(ValueError, match="n_scenes"):
+        select_heldout_scenes(games, 0)
+    with pytest.raises(ValueError, match="games"):
+        select_heldout_scenes([], 3)
+
+
+def test_committed_split_is_what_the_code_computes(tmp_path):
+    if not TRAIN.is_dir():
+        pytest.skip(f"ALFWorld train games not unpacked at {TRAIN}")
+    committed = json.loads(DEFAULT_FILE.read_text())
+    again = write_heldout_file(TRAIN, tmp_path / "h.json", committed["n_scenes"], committed["seed"])
+    assert again == committed
+    scenes = heldout_scenes()
+    assert len(scenes) == 15
+    shares = [v["heldout"] / (v["heldout"] + v["rest"]) for v in committed["game_folders"].values()]
+    assert min(shares) > 0.10  # every task type has games in rooms the model never sees
+    g = next(p.name for p in TRAIN.iterdir() if scene_of(p.name) in scenes)
+    assert in_heldout_rooms(g) and not in_heldout_rooms(g.rsplit("-", 1)[0] + "-5", scenes=frozenset({6}))
+    with pytest.raises(ValueError, match="heldout_rooms"):
+        heldout_scenes(tmp_path / "missing.json")
