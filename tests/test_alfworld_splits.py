@@ -69,3 +69,41 @@ def test_committed_split_is_what_the_code_computes(tmp_path):
     assert in_heldout_rooms(g) and not in_heldout_rooms(g.rsplit("-", 1)[0] + "-5", scenes=frozenset({6}))
     with pytest.raises(ValueError, match="heldout_rooms"):
         heldout_scenes(tmp_path / "missing.json")
+
+
+def test_training_data_can_leave_out_the_heldout_rooms(tmp_path):
+    """Walkthrough games, DAgger games and agent episodes of held-out rooms are left out on request;
+    a dataset or collection folder written before the option resumes as it was made."""
+    from metacog_fast.alfworld.finetune.dagger import DaggerConfig
+    from metacog_fast.alfworld.finetune.data import _agent_episode_examples, select_walkthrough_games
+    from metacog_fast.alfworld.finetune.reflections import claim_collection
+
+    if not TRAIN.is_dir():
+        pytest.skip(f"ALFWorld train games not unpacked at {TRAIN}")
+    held = heldout_scenes()
+    every = select_walkthrough_games("train", None)
+    kept = select_walkthrough_games("train", None, exclude_heldout_rooms=True)
+    assert {scene_of(g) for g in every} & held and not {scene_of(g) for g in kept} & held
+    assert len(every) - len(kept) == json.loads(DEFAULT_FILE.read_text())["trials_heldout"]
+    assert [t for t in TASK_TYPES] == [task_type_of(g) for g in kept[:6]]  # still round-robin over the types
+    # agent episodes (valid_seen games share train's rooms)
+    run = tmp_path / "run" / "episodes"
+    for i, g in enumerate((next(g for g in every if scene_of(g) in held), next(g for g in every if scene_of(g) not in held))):
+        d = run / f"g{i}"
+        d.mkdir(parents=True)
+        rec = {"won": True, "gamefile": str(Path("json_2.1.1", "valid_seen", *g.parts[-3:])),
+               "begin": {"prefix": "### Your turn\nYou are in a room.\n"}, "pairs": [["look", "ok"]],
+               "task_type": task_type_of(g)}
+        (d / "test_0.json").write_text(json.dumps(rec))
+    assert len(_agent_episode_examples([str(tmp_path / "run")], ("valid_seen",))) == 2
+    assert len(_agent_episode_examples([str(tmp_path / "run")], ("valid_seen",), exclude_heldout_rooms=True)) == 1
+    # a DAgger collection folder from before the option still resumes
+    from dataclasses import asdict
+
+    old = asdict(DaggerConfig())
+    old.pop("exclude_heldout_rooms")
+    (tmp_path / "col").mkdir()
+    (tmp_path / "col" / "config.json").write_text(json.dumps(old))
+    claim_collection(tmp_path / "col", asdict(DaggerConfig()), defaults=asdict(DaggerConfig()))
+    with pytest.raises(ValueError, match="another configuration"):
+        claim_collection(tmp_path / "col", asdict(DaggerConfig(exclude_heldout_rooms=True)), defaults=asdict(DaggerConfig()))

@@ -62,6 +62,8 @@ class DaggerConfig:
     """llama.cpp threads."""
     seed: int = 0
     """Seed of the mixture draws (per game: seed and game key)."""
+    exclude_heldout_rooms: bool = False
+    """Play no game of the held-out rooms (:mod:`metacog_fast.alfworld.splits`; see DataConfig)."""
 
     def validate(self) -> "DaggerConfig":
         if self.split in HELD_OUT_SPLITS or self.split == "valid_train":
@@ -145,9 +147,9 @@ def collect_dagger(out_dir: str | Path, cfg: DaggerConfig) -> dict[str, Any]:
     from metacog_fast.llm.models import models_identity
 
     cfg.validate()
-    out = claim_collection(out_dir, asdict(cfg))
+    out = claim_collection(out_dir, asdict(cfg), defaults=asdict(DaggerConfig()))
     t0 = time.perf_counter()
-    games = select_walkthrough_games(cfg.split, cfg.max_games, None, cfg.skip_games)
+    games = select_walkthrough_games(cfg.split, cfg.max_games, None, cfg.skip_games, cfg.exclude_heldout_rooms)
     todo = [g for g in games if not (out / "games" / f"{game_key(g)}.json").exists()]
     if todo:
         claim_identity(out, models_identity(actor=cfg.actor))

@@ -82,6 +82,10 @@ class DataConfig:
     expert_max_steps: int = 50
     """Step limit of a hand-coded expert episode (the evaluation's episode length): only episodes
     it wins within it are examples."""
+    exclude_heldout_rooms: bool = False
+    """Leave out every game (walkthroughs and agent episodes) of the held-out rooms
+    (:mod:`metacog_fast.alfworld.splits`), so that a model trained on this dataset can be measured
+    on rooms it has never seen. False keeps earlier datasets' folders resumable as they were made."""
 
     def validate(self) -> "DataConfig":
         if self.split not in SPLITS or self.split in HELD_OUT_SPLITS:
@@ -104,12 +108,18 @@ class DataConfig:
 
 
 def select_walkthrough_games(split: str, max_games: int | None, data: str | None = None,
-                             skip_games: int = 0) -> list[Path]:
+                             skip_games: int = 0, exclude_heldout_rooms: bool = False) -> list[Path]:
     """The split's games round-robin over the task types (sorted inside a type), so that every
-    prefix is balanced; ``max_games`` of them (None: all) after the first ``skip_games``."""
+    prefix is balanced; ``max_games`` of them (None: all) after the first ``skip_games``;
+    ``exclude_heldout_rooms``: without the games of :func:`metacog_fast.alfworld.splits.heldout_scenes`."""
     from metacog_fast.alfworld.env import list_games, task_type_of
 
     games = list_games(split, data)
+    if exclude_heldout_rooms:
+        from metacog_fast.alfworld.splits import heldout_scenes, scene_of
+
+        held = heldout_scenes()
+        games = [g for g in games if scene_of(g) not in held]
     if skip_games >= len(games):
         raise ValueError(f"skip_games: {skip_games} leaves none of the {len(games)} games of {split!r}")
     n = len(games) if max_games is None else min(skip_games + max_games, len(games))
@@ -183,8 +193,17 @@ def _play_games(args: tuple[str, list[str], str, str | None, int, str, int]) -> 
     return played
 
 
-def _agent_episode_examples(runs: Sequence[str], splits: Sequence[str]) -> list[dict[str, Any]]:
-    """Successful episodes of the run folders whose game lies in ``splits``."""
+def _agent_episode_examples(runs: Sequence[str], splits: Sequence[str],
+                            exclude_heldout_rooms: bool = False) -> list[dict[str, Any]]:
+    """Successful episodes of the run folders whose game lies in ``splits`` (and, with
+    ``exclude_heldout_rooms``, outside the held-out rooms)."""
+    held: frozenset[int] = frozenset()
+    if exclude_heldout_rooms:
+        from metacog_fast.alfworld.splits import heldout_scenes
+
+        held = heldout_scenes()
+    from metacog_fast.alfworld.splits import scene_of
+
     out: list[dict[str, Any]] = []
     for run in runs:
         root = Path(run)
@@ -196,7 +215,7 @@ def _agent_episode_examples(runs: Sequence[str], splits: Sequence[str]) -> list[
             if not r.get("won"):
                 continue
             split = Path(r["gamefile"]).parts[-4] if len(Path(r["gamefile"]).parts) >= 4 else ""
-            if split not in splits:
+            if split not in splits or (held and scene_of(r["gamefile"]) in held):
                 continue
             prefix = r.get("begin", {}).get("prefix", "")
             intro = _intro_of_prefix(prefix)
@@ -235,7 +254,7 @@ def build_dataset(out_dir: str | Path, cfg: DataConfig, games_dir: str | Path | 
             raise ValueError(f"{cfg_file}: the folder holds a dataset of another configuration; use another folder")
     write_json_atomic(cfg_file, _cfg_dict(cfg))
     t0 = time.perf_counter()
-    games = select_walkthrough_games(cfg.split, cfg.max_games, cfg.data, cfg.skip_games)
+    games = select_walkthrough_games(cfg.split, cfg.max_games, cfg.data, cfg.skip_games, cfg.exclude_heldout_rooms)
     todo = [str(g) for g in games if not (games_root / _record_name(g, cfg.expert)).exists()]
     if todo:
         n = min(cfg.workers, len(todo))
@@ -248,7 +267,7 @@ def build_dataset(out_dir: str | Path, cfg: DataConfig, games_dir: str | Path | 
                 pool.map(_play_games, jobs)
     records = [read_json(games_root / _record_name(g, cfg.expert)) for g in games]
     expert = [r for r in records if r["won"]]
-    episodes = _agent_episode_examples(cfg.episode_runs, cfg.episode_splits)
+    episodes = _agent_episode_examples(cfg.episode_runs, cfg.episode_splits, cfg.exclude_heldout_rooms)
     examples = expert + episodes
     path = out / "dataset.jsonl"
     with atomic_open(path, "w") as f:

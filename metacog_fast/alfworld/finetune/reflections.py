@@ -67,17 +67,19 @@ class ReflectionDataConfig:
         return self
 
 
-def claim_collection(out_dir: str | Path, config: dict[str, Any], resizable: tuple[str, ...] = ()) -> Path:
+def claim_collection(out_dir: str | Path, config: dict[str, Any], resizable: tuple[str, ...] = (),
+                     defaults: dict[str, Any] | None = None) -> Path:
     """Make (or reopen) a per-game collection folder (``games/`` beside ``config.json``); a folder
     holding a collection of another configuration is refused, so a rerun resumes only its own.
     ``resizable``: fields that only say how many games of a fixed order are played (``games``), so
     that a collection may be grown, or cut short, by rerunning it with another count; the folder's
-    config.json then holds the latest count."""
+    config.json then holds the latest count. ``defaults``: the configuration's defaults, taken for
+    fields added since a folder's config.json was written."""
     out = Path(out_dir)
     (out / "games").mkdir(parents=True, exist_ok=True)
     conf_path = out / "config.json"
     if conf_path.exists():
-        was = read_json(conf_path)
+        was = {**(defaults or {}), **read_json(conf_path)}
         drop = lambda c: {k: v for k, v in c.items() if k not in resizable}  # noqa: E731
         if drop(was) != drop(config):
             raise ValueError(f"{conf_path}: the folder holds a collection of another configuration; use another --out")
