@@ -52,8 +52,10 @@ def summarise(eps: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def compare(before: str, after: str, out: str, config: str = "baseline") -> dict[str, Any]:
-    """Write ``out``.json and ``out``.md comparing run folders ``before`` and ``after``; returns the dict."""
+def compare(before: str, after: str, out: str, config: str = "baseline",
+            labels: tuple[str, str] = ("before", "after")) -> dict[str, Any]:
+    """Write ``out``.json and ``out``.md comparing run folders ``before`` and ``after`` (named
+    ``labels`` in the table); returns the dict."""
     a, b = episodes(before, config), episodes(after, config)
     common = sorted(set(a) & set(b))
     if len(common) < 2:
@@ -64,7 +66,7 @@ def compare(before: str, after: str, out: str, config: str = "baseline") -> dict
     res = {"before": {"run": before, **summarise(a)}, "after": {"run": after, **summarise(b)},
            "after_minus_before": {"diff": diff.diff, "low": diff.low, "high": diff.high, "p_value": diff.p_value,
                                   "n": diff.n},
-           "episodes": common}
+           "labels": list(labels), "episodes": common}
     write_json(out + ".json", res)
     with atomic_open(out + ".md", "w") as f:
         f.write(markdown(res))
@@ -78,14 +80,15 @@ def _r(x: dict[str, Any]) -> str:
 def markdown(res: dict[str, Any]) -> str:
     rows = ["| setting | episodes | final score (95 % bootstrap) | success | left the start room | ends in a loop | "
             "focus actions / episode | -100 endings |", "|---|---|---|---|---|---|---|---|"]
-    for name in ("before", "after"):
+    labels = res.get("labels", ["before", "after"])
+    for name, label in zip(("before", "after"), labels):
         s = res[name]
         sc = s["score"]
-        rows.append(f"| {name} | {s['episodes']} | {sc['mean']:.2f} [{sc['low']:.2f}, {sc['high']:.2f}] | "
+        rows.append(f"| {label} | {s['episodes']} | {sc['mean']:.2f} [{sc['low']:.2f}, {sc['high']:.2f}] | "
                     f"{_r(s['success'])} | {_r(s['left_start_room'])} | {_r(s['ends_in_loop'])} | "
                     f"{s['focus_actions_per_episode']:.2f} | {s['minus_100_endings']} |")
     d = res["after_minus_before"]
-    tail = (f"\nAfter - before, final score, paired bootstrap over the {d['n']} episodes: "
+    tail = (f"\n{labels[1]} - {labels[0]}, final score, paired bootstrap over the {d['n']} episodes: "
             f"{d['diff']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}], p = {d['p_value']:.2f}.\n"
             if d["diff"] is not None else "\nToo few paired episodes for a difference.\n")
     return "\n".join(rows) + "\n" + tail
