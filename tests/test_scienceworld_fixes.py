@@ -244,3 +244,25 @@ def test_easy_simplification_reaches_the_episode() -> None:
         assert res.simplifications == "easy" and res.steps == 2
     finally:
         env.close()
+
+
+def test_fixes_report_pairs_episodes(tmp_path) -> None:
+    import json
+
+    from metacog_fast.scienceworld.fixes_report import compare, ends_in_loop, left_start_room
+
+    loop = ["open drawer"] + ["activate sink", "look around", "deactivate sink", "look around"] * 3
+    assert ends_in_loop(loop) and not ends_in_loop(loop[:-1] + ["go to hallway"])
+    assert left_start_room({"rooms": ["kitchen", "hallway"]}) and not left_start_room({"rooms": ["kitchen"]})
+    for run, score, rooms, acts in (("a", 0.0, ["kitchen"], loop), ("b", 10.0, ["kitchen", "hallway"], loop[:5])):
+        d = tmp_path / run / "episodes" / "baseline"
+        d.mkdir(parents=True)
+        for k in range(3):
+            (d / f"boil__{k}.json").write_text(json.dumps({"score": score + k, "raw_score": score + k, "won": False,
+                                                           "rooms": rooms, "actions": acts}))
+    res = compare(str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "out"))
+    assert res["after_minus_before"]["diff"] == 10.0 and res["after_minus_before"]["n"] == 3
+    assert res["before"]["ends_in_loop"]["successes"] == 3 and res["after"]["left_start_room"]["successes"] == 3
+    assert "| before | 3 |" in (tmp_path / "out.md").read_text()
+    with pytest.raises(ValueError, match="run"):
+        compare(str(tmp_path / "a"), str(tmp_path / "missing"), str(tmp_path / "x"))
