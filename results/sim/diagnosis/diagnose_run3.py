@@ -5,6 +5,9 @@ Recomputes every count of ``results/sim/diagnosis/run3.md`` from the packed reco
 ``results/sim/diagnosis/run3.json``. Run from the repository root:
 
     python results/sim/diagnosis/diagnose_run3.py
+    python results/sim/diagnosis/diagnose_run3.py --runs runs/fixes_check --out results/sim/fixes/movement.json
+
+(``--runs``: the same counts over any folder of run folders named ``<scenario>_...``.)
 """
 from __future__ import annotations
 
@@ -148,9 +151,28 @@ def mystery(runs: dict[str, dict]) -> dict:
     return out
 
 
+def load_folder(folder: str, scenario: str) -> dict[str, dict]:
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        p = os.path.join(folder, name, "run.json")
+        if name.startswith(scenario) and os.path.exists(p):
+            out[name] = json.load(open(p))
+    return out
+
+
 def main() -> int:
-    doc = {"party": party(load_runs("party")), "mystery": mystery(load_runs("mystery"))}
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run3.json")
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", help="a folder of run folders instead of run 3's records")
+    ap.add_argument("--out", help="where to write the counts (default: run3.json beside this script)")
+    a = ap.parse_args()
+    if a.runs:
+        doc = {s: fn(runs) for s, fn in (("party", party), ("mystery", mystery))
+               if (runs := load_folder(a.runs, s))}
+    else:
+        doc = {"party": party(load_runs("party")), "mystery": mystery(load_runs("mystery"))}
+    path = a.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "run3.json")
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(doc, f, indent=1, sort_keys=True)
