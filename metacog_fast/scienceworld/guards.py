@@ -19,13 +19,13 @@ from metacog_fast.scienceworld.text import tokens
 
 FOCUS = "focus on "
 CATEGORY_TARGETS = frozenset({"thing", "animal", "plant", "object", "item", "seed", "organism", "living", "life",
-                              "stage", "creature"})
+                              "stage", "stages", "creature"})
 """Words of a focus instruction that name a category the guard cannot judge ("focus on the
 plant", "focus on the animal with the longest life span"): any object may be the target."""
 GENERIC_TARGETS = CATEGORY_TARGETS | {"substance", "non", "it", "unknown"}
 """Words of a focus instruction that name no particular object."""
-_FOCUS_INSTR = re.compile(r"focus on (?:the |a |an )?([a-z0-9 \-]+?)(?:[.,;]| then | and | with | that | which |$)")
-_HEAD_END = re.compile(r" (?:in|on|containing|from|into) ")
+_FOCUS_INSTR = re.compile(r"focus on (?:the |a |an )?([a-z0-9 \-()]+?)(?:[.,;]| then | and | with | that | which |$)")
+_HEAD_END = re.compile(r" (?:in|on|containing|from|into|with) ")
 
 
 def periodic_loop(actions: list[Any], max_period: int = 6, repeats: int = 2, min_length: int = 2) -> int:
@@ -65,7 +65,7 @@ class FocusTargets:
     words: frozenset[str]
     """Content words of the objects named in its "focus on X" instructions (generic words too)."""
     category: bool
-    """An instruction names only a category (any object may be the target)."""
+    """An instruction names a category (any object may be the target)."""
     generic: bool
     """An instruction names a generic target ("the substance"): the task's own words count as targets."""
     instructed: bool
@@ -80,8 +80,7 @@ def focus_targets(task: str) -> FocusTargets:
     found = _FOCUS_INSTR.findall(low)
     for obj in found:
         ws = set(tokens(obj))
-        named = ws - GENERIC_TARGETS
-        if not named and ws & CATEGORY_TARGETS:
+        if ws & CATEGORY_TARGETS:  # "the thing", "the life stages of the apple plant"
             category = True
         if ws & GENERIC_TARGETS:
             generic = True
@@ -93,10 +92,11 @@ def focus_targets(task: str) -> FocusTargets:
 class FocusGuard:
     """Decides whether ``focus on X`` may be executed in one episode's task.
 
-    Allowed: X's head words are all among the instruction's target words; or the instruction is
-    generic ("the substance") and they are all words of the task description; or the instruction
-    names only a category; or the description has no instruction and they are words of it. A focus
-    already executed is never allowed again."""
+    Allowed: X's head words are all among the instruction's target words; or some are and the rest
+    are words of the task description ("inclined plane b" where the task lists planes "(C, B)"); or
+    the instruction is generic ("the substance") and they are all words of the task description; or
+    an instruction names a category ("the thing", "the life stages of ..."); or the description has
+    no instruction and they are words of it. A focus already executed is never allowed again."""
 
     task: str
 
@@ -117,6 +117,8 @@ class FocusGuard:
             return False
         t = self.targets
         if head <= t.words or t.category:
+            return True
+        if head & t.words and head <= t.words | self.task_words:  # "inclined plane b" of planes "(C, B)"
             return True
         if (t.generic or not t.instructed) and head <= self.task_words:
             return True
