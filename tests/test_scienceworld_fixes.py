@@ -10,7 +10,7 @@ from metacog_fast.scienceworld.agent import DualProcessAgent, swift_margin
 from metacog_fast.scienceworld.config import config_for
 from metacog_fast.scienceworld.grounding import (ValidSet, candidate_actions, executable_form, ground,
                                                  is_ambiguity_question)
-from metacog_fast.scienceworld.guards import FocusGuard, focus_head, loop_mask, periodic_loop
+from metacog_fast.scienceworld.guards import FocusGuard, focus_head, loop_guard_mask, loop_mask, periodic_loop
 from metacog_fast.scienceworld.runner import RunConfig
 from metacog_fast.scienceworld.swift import HC, HT, NF, RankerModel, RankerSwift, SwiftState
 
@@ -82,6 +82,10 @@ def test_periodic_loop_detection() -> None:
     assert periodic_loop(["x", a, b, c, d, a, b, c]) == 0
     assert periodic_loop([a, b, a, b], repeats=3) == 0
     assert periodic_loop([]) == 0
+    # waiting repeats with the same text while a plant grows: masked only after 10 in a row
+    assert loop_guard_mask(["wait1"] * 9, ["wait1"] * 9) == (1, set())
+    assert loop_guard_mask(["wait1"] * 10, ["wait1"] * 10) == (1, {"wait1"})
+    assert loop_guard_mask([b, "wait1", b, "wait1"], [b, "wait1", b, "wait1"]) == (2, {b})
     # on (action, observation) pairs: boil's gold alternation while the temperature rises is no loop
     ex, th = "examine substance in metal pot", "use thermometer on substance in metal pot"
     rising = [(ex, "water"), (th, "10 degrees"), (ex, "water"), (th, "20 degrees"), (ex, "water"), (th, "30 degrees")]

@@ -13,7 +13,7 @@ from metacog_fast.envs.driver import Step as DriverStep
 from metacog_fast.scienceworld.amm import AMM, EpisodicRecord, is_invalid, salience
 from metacog_fast.scienceworld.config import AgentConfig
 from metacog_fast.scienceworld.grounding import Gate1, ValidSet, candidate_actions
-from metacog_fast.scienceworld.guards import FocusGuard, periodic_loop
+from metacog_fast.scienceworld.guards import FocusGuard, loop_guard_mask
 from metacog_fast.scienceworld.sage import Critic, Sage
 from metacog_fast.scienceworld.stagnation import Step, stagnation_signals
 from metacog_fast.scienceworld.swift import LLMSwift, RankerSwift, SwiftState
@@ -149,9 +149,10 @@ class DualProcessAgent:
             t = len(actions)
             cands = candidate_actions(valid, obs)
             vs = ValidSet(cands, room)
-            loop_p = periodic_loop(looped if cfg.loop_same_observations else actions, cfg.loop_period, cfg.loop_repeats,
-                                   cfg.loop_min_length)
-            mask = set(actions[-loop_p:]) if (cfg.loop_guard and loop_p) else set()
+            loop_p, mask = loop_guard_mask(looped if cfg.loop_same_observations else actions, actions, cfg.loop_period,
+                                           cfg.loop_repeats, cfg.loop_min_length, cfg.loop_wait_run)
+            if not cfg.loop_guard:
+                mask = set()
             allowed = [a for a in cands if a not in mask and (not cfg.focus_guard or focus.allowed(a))]
             if not allowed:  # everything masked: the guards give way rather than stop the episode
                 allowed = cands

@@ -66,6 +66,9 @@ class AgentConfig:
     """Copies of a block that make a loop (and at least ``loop_min_length`` steps)."""
     loop_min_length: int = 2
     """Steps a loop spans at least (2: the same step twice in a row is one)."""
+    loop_wait_run: int = 10
+    """``wait``/``wait1`` are masked only after this many in a row (gold paths wait up to 10 times
+    while something grows, with the same text each time)."""
     loop_same_observations: bool = True
     """A loop must repeat the observations too (a boil's alternating "examine" / "use thermometer"
     while the temperature rises is progress, not a loop); False: the actions alone."""
@@ -97,7 +100,7 @@ class AgentConfig:
             raise ValueError(f"loop_repeats: expected >= 2, got {self.loop_repeats}")
         for name in ("max_steps", "sage_candidates", "sage_actions", "plan_every", "no_progress_steps",
                      "stagnation_window", "memory_k", "history", "stagnation_steps", "loop_period",
-                     "loop_min_length"):
+                     "loop_min_length", "loop_wait_run"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
         if not self.budget_factor >= 0:

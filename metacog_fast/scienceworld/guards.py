@@ -52,6 +52,26 @@ def loop_mask(actions: list[str], max_period: int = 6, repeats: int = 2, min_len
     return set(actions[-p:]) if p else set()
 
 
+WAIT_ACTIONS = frozenset({"wait", "wait1"})
+"""Actions after which the world moves on even when the observation text does not (a plant grows)."""
+
+
+def loop_guard_mask(steps: list[Any], actions: list[str], max_period: int = 6, repeats: int = 2,
+                    min_length: int = 2, wait_run: int = 10) -> tuple[int, set[str]]:
+    """(period, actions to mask) of the loop guard. ``steps``: what periodicity is tested on
+    (actions or (action, observation) pairs), ``actions``: the executed actions. A waiting action
+    is masked only after ``wait_run`` of them in a row: the gold paths wait up to 10 times running
+    while something grows, with the same text each time."""
+    p = periodic_loop(steps, max_period, repeats, min_length)
+    if not p:
+        return 0, set()
+    mask = set(actions[-p:])
+    for w in mask & WAIT_ACTIONS:
+        if len(actions) < wait_run or any(a != w for a in actions[-wait_run:]):
+            mask.discard(w)
+    return p, mask
+
+
 def focus_head(action: str) -> set[str]:
     """Content words of the focused object's head: ``focus on substance in metal pot`` -> {substance}."""
     obj = action.strip().lower()[len(FOCUS):]
@@ -131,4 +151,5 @@ class FocusGuard:
             self.focused.add(a)
 
 
-__all__ = ["FocusGuard", "FocusTargets", "focus_head", "focus_targets", "loop_mask", "periodic_loop"]
+__all__ = ["WAIT_ACTIONS", "FocusGuard", "FocusTargets", "focus_head", "focus_targets", "loop_guard_mask", "loop_mask",
+           "periodic_loop"]
