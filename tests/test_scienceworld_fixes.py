@@ -85,7 +85,7 @@ def test_periodic_loop_detection() -> None:
     # waiting repeats with the same text while a plant grows: masked only after 10 in a row
     assert loop_guard_mask(["wait1"] * 9, ["wait1"] * 9) == (1, set())
     assert loop_guard_mask(["wait1"] * 10, ["wait1"] * 10) == (1, {"wait1"})
-    assert loop_guard_mask([b, "wait1", b, "wait1"], [b, "wait1", b, "wait1"]) == (2, {b})
+    assert loop_guard_mask([b, "wait1", b, "wait1"], [b, "wait1", b, "wait1"]) == (2, {b, "wait1"})
     # on (action, observation) pairs: boil's gold alternation while the temperature rises is no loop
     ex, th = "examine substance in metal pot", "use thermometer on substance in metal pot"
     rising = [(ex, "water"), (th, "10 degrees"), (ex, "water"), (th, "20 degrees"), (ex, "water"), (th, "30 degrees")]

@@ -59,16 +59,16 @@ WAIT_ACTIONS = frozenset({"wait", "wait1"})
 def loop_guard_mask(steps: list[Any], actions: list[str], max_period: int = 6, repeats: int = 2,
                     min_length: int = 2, wait_run: int = 10) -> tuple[int, set[str]]:
     """(period, actions to mask) of the loop guard. ``steps``: what periodicity is tested on
-    (actions or (action, observation) pairs), ``actions``: the executed actions. A waiting action
-    is masked only after ``wait_run`` of them in a row: the gold paths wait up to 10 times running
-    while something grows, with the same text each time."""
+    (actions or (action, observation) pairs), ``actions``: the executed actions. A run of one
+    waiting action is a loop only from ``wait_run`` in a row: the gold paths wait up to 10 times
+    running while something grows, with the same text each time. Waiting inside a longer loop
+    (``look around``, ``wait1``, ...) is masked with the rest."""
     p = periodic_loop(steps, max_period, repeats, min_length)
     if not p:
         return 0, set()
     mask = set(actions[-p:])
-    for w in mask & WAIT_ACTIONS:
-        if len(actions) < wait_run or any(a != w for a in actions[-wait_run:]):
-            mask.discard(w)
+    if p == 1 and mask <= WAIT_ACTIONS and (len(actions) < wait_run or len(set(actions[-wait_run:])) > 1):
+        return p, set()  # a run of waiting shorter than wait_run
     return p, mask
 
 
