@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 from typing import Annotated, Any, Literal, Optional
 
@@ -220,8 +221,10 @@ def _scorer(a: argparse.Namespace) -> int:
 _MISSING = dataclasses.MISSING
 
 
+@functools.lru_cache(maxsize=1)
 def _commands() -> dict[str, tuple[str, Any, Any]]:
-    """{sub-command: (help line, command dataclass or None for plain arguments, func)}."""
+    """{sub-command: (help line, command dataclass or None for plain arguments, func)}; built once per
+    process (the command classes are made here, and the parser cache keys on them). Read only."""
     from metacog_fast.alfworld.finetune.dagger import DaggerConfig
     from metacog_fast.alfworld.finetune.dpo import DPOTrainConfig
     from metacog_fast.alfworld.finetune.evaluate import EvalConfig, ExpertEvalConfig

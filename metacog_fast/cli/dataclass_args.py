@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import types
 import typing
 import warnings
@@ -299,8 +300,12 @@ class _Collect(argparse.Action):
         namespace.cli_words = words
 
 
-def spellings(target: type) -> list[tuple[tuple[str, ...], Any, str]]:
-    """[(option strings or () for a positional, argparse nargs, metavar)] of tyro's command line for ``target``."""
+@functools.lru_cache(maxsize=None)
+def spellings(target: type) -> tuple[tuple[tuple[str, ...], Any, str], ...]:
+    """[(option strings or () for a positional, argparse nargs, metavar)] of tyro's command line for ``target``.
+
+    Cached per class: tyro builds a whole parser to answer (~50 ms), and a process that builds the
+    command tree more than once (tests, an embedding application) would pay it every time."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = tyro.extras.get_parser(_tyro_target(target), add_help=False)
@@ -309,7 +314,7 @@ def spellings(target: type) -> list[tuple[tuple[str, ...], Any, str]]:
         if isinstance(a, argparse._SubParsersAction):
             continue
         out.append((tuple(a.option_strings), a.nargs, a.dest))
-    return out
+    return tuple(out)
 
 
 def add_command(p: argparse.ArgumentParser, target: type) -> None:
