@@ -14,6 +14,34 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+def _pin_xdist_worker() -> None:
+    """Give each of n parallel pytest-xdist workers its own 1/n of the cores (when there are at least
+    as many cores as workers), before torch or llama.cpp read the affinity mask.
+
+    Everything in the package sizes its thread pools from ``os.sched_getaffinity`` (llama.cpp's
+    default ``n_threads``, fine-tuning's torch threads, Ray's CPUs), and so do OpenMP and torch.
+    Unpinned, two workers on two cores each start two-thread pools: four busy threads on two cores,
+    and llama.cpp's spinning barriers make every decode wait for a descheduled thread. The same
+    mask reaches the subprocesses a test starts. ``METACOG_TEST_PIN=0`` turns it off."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and count.isdigit()) or os.environ.get("METACOG_TEST_PIN", "1") == "0":
+        return
+    n, i = int(count), int(worker[2:])
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return
+    if n < 2 or len(cores) < n or i >= n:
+        return
+    share = set(cores[i::n])
+    os.sched_setaffinity(0, share)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(len(share))
+
+
+_pin_xdist_worker()
+
+
 def _has_gpu() -> bool:
     try:
         import torch
