@@ -19,7 +19,7 @@ def llm():
     pytest.importorskip("llama_cpp")
     from metacog_fast.llm import open_llm
 
-    backend = open_llm(n_threads=2)
+    backend = open_llm()  # threads: the cores this process may use
     yield SimLLM(backend)
     backend.close()
 

@@ -66,7 +66,7 @@ def test_town_agents_keep_their_targets(tmp_path, encoder):
     from metacog_fast.llm import open_llm
     from metacog_fast.town.llm_adapter import SimLLM
 
-    backend = open_llm(n_threads=2)
+    backend = open_llm()  # threads: the cores this process may use
     llm = SimLLM(backend)
     feats = Features(memory=True, reflection=False, planning=True, metacognition=False)
     sim = Simulation(load_scenario("zombie", n_agents=3, seed=0, steps=5), llm, encoder, str(tmp_path),
