@@ -107,3 +107,29 @@ def test_training_data_can_leave_out_the_heldout_rooms(tmp_path):
     claim_collection(tmp_path / "col", asdict(DaggerConfig()), defaults=asdict(DaggerConfig()))
     with pytest.raises(ValueError, match="another configuration"):
         claim_collection(tmp_path / "col", asdict(DaggerConfig(exclude_heldout_rooms=True)), defaults=asdict(DaggerConfig()))
+
+
+def test_heldout_rooms_is_an_evaluation_split_and_never_training_data():
+    """``split="heldout_rooms"``: the train games of the held-out scenes, round-robin over the task
+    types like every split, played by runs and evaluations, refused by every training collection."""
+    from metacog_fast.alfworld.config import RunConfig
+    from metacog_fast.alfworld.env import list_games
+    from metacog_fast.alfworld.finetune.dagger import DaggerConfig
+    from metacog_fast.alfworld.finetune.data import DataConfig
+    from metacog_fast.alfworld.finetune.reflections import ReflectionDataConfig
+    from metacog_fast.alfworld.protocol import select_games
+
+    if not TRAIN.is_dir():
+        pytest.skip(f"ALFWorld train games not unpacked at {TRAIN}")
+    held, train = list_games("heldout_rooms"), list_games("train")
+    scenes = heldout_scenes()
+    assert held == [g for g in train if scene_of(g) in scenes]
+    assert len(held) == json.loads(DEFAULT_FILE.read_text())["trials_heldout"]
+    picked = select_games("heldout_rooms", 12)
+    assert [g["task_type"] for g in picked[:6]] == list(TASK_TYPES)
+    assert all(scene_of(g["gamefile"]) in scenes for g in picked)
+    RunConfig(split="heldout_rooms").validate()
+    for make in (lambda: DataConfig(split="heldout_rooms"), lambda: DataConfig(episode_splits=("heldout_rooms",)),
+                 lambda: DaggerConfig(split="heldout_rooms"), lambda: ReflectionDataConfig(split="heldout_rooms")):
+        with pytest.raises(ValueError, match="heldout_rooms"):
+            make().validate()

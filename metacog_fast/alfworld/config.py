@@ -30,8 +30,9 @@ NEW_RUN_DEFAULTS: dict[str, tuple[Any, tuple[str, ...]]] = {
 its snapshot holds (missing or null there: None, which plays as before the field existed). See
 :func:`resolve_run_defaults` and docs/alfworld_agents.md "Defaults of new runs"."""
 
-SPLITS = ("train", "valid_seen", "valid_train", "valid_unseen")
-"""ALFWorld's splits (``alfworld.env.SPLITS``; here too, so that checking a configuration imports no env)."""
+SPLITS = ("train", "valid_seen", "valid_train", "valid_unseen", "heldout_rooms")
+"""ALFWorld's splits and our room-disjoint ``heldout_rooms`` (``alfworld.env.SPLITS``; here too, so that
+checking a configuration imports no env)."""
 
 
 def _check_int(name: str, value: Any, least: int) -> None:

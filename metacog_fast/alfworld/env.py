@@ -33,7 +33,11 @@ from metacog_fast._extras import require
 from metacog_fast.envs.base import Env, EnvSetupError
 from metacog_fast.envs.probe import ProbeResult, package_version
 
-SPLITS = ("train", "valid_seen", "valid_train", "valid_unseen")
+SPLITS = ("train", "valid_seen", "valid_train", "valid_unseen", "heldout_rooms")
+HELDOUT_ROOMS = "heldout_rooms"
+"""A split of our own, for evaluation only: the ``train`` games of the held-out scenes
+(:mod:`metacog_fast.alfworld.splits`); a model trained with ``--exclude-heldout-rooms`` has never
+seen those rooms."""
 TASK_TYPES = (
     "pick_and_place_simple",
     "look_at_obj_in_light",
@@ -66,6 +70,8 @@ def find_split_dir(split: str, data: str | os.PathLike[str] | None = None) -> Pa
     """The folder holding ``<task folder>/<trial>/game.tw-pddl`` for ``split``; raises EnvSetupError."""
     if split not in SPLITS:
         raise ValueError(f"split: expected one of {SPLITS}, got {split!r}")
+    if split == HELDOUT_ROOMS:
+        split = "train"
     roots: list[Path] = []
     if data is not None:
         roots.append(Path(data))
@@ -94,6 +100,11 @@ def list_games(split: str = "valid_seen", data: str | os.PathLike[str] | None = 
     games = sorted(Path(p) for p in glob.glob(str(split_dir / "*" / "*" / "game.tw-pddl")))
     if not games:
         raise EnvSetupError(f"no game.tw-pddl under {split_dir}/*/*/: " + _missing_data_message([split_dir]))
+    if split == HELDOUT_ROOMS:
+        from metacog_fast.alfworld.splits import heldout_scenes, in_heldout_rooms
+
+        scenes = heldout_scenes()
+        games = [g for g in games if in_heldout_rooms(g, scenes)]
     return games
 
 

@@ -49,8 +49,9 @@ TRAIN_SOURCES = SOURCES + ("scienceworld_gold",)
 (:mod:`metacog_fast.scienceworld.finetune_data`)."""
 EXPERTS = ("walkthrough", "handcoded")
 """The experts that can play a dataset's games (``DataConfig.expert``)."""
-HELD_OUT_SPLITS = ("valid_unseen",)
-"""Splits that never feed training (final measurement only)."""
+HELD_OUT_SPLITS = ("valid_unseen", "heldout_rooms")
+"""Splits that never feed training: ALFWorld's unseen rooms (final measurement only) and our held-out
+rooms of ``train`` (model selection and the seen-vs-unseen gap)."""
 
 
 @dataclass
@@ -90,10 +91,10 @@ class DataConfig:
     def validate(self) -> "DataConfig":
         if self.split not in SPLITS or self.split in HELD_OUT_SPLITS:
             allowed = [s for s in SPLITS if s not in HELD_OUT_SPLITS]
-            raise ValueError(f"split: expected one of {allowed} (valid_unseen is held out), got {self.split!r}")
+            raise ValueError(f"split: expected one of {allowed} (valid_unseen is held out, and so is heldout_rooms), got {self.split!r}")
         bad = [s for s in self.episode_splits if s not in SPLITS or s in HELD_OUT_SPLITS]
         if bad:
-            raise ValueError(f"episode_splits: {bad} not allowed (valid_unseen is held out; splits: {SPLITS})")
+            raise ValueError(f"episode_splits: {bad} not allowed (valid_unseen is held out, and so is heldout_rooms; splits: {SPLITS})")
         if self.max_games is not None and (not isinstance(self.max_games, int) or self.max_games < 1):
             raise ValueError(f"max_games: expected None or an int >= 1, got {self.max_games!r}")
         if not isinstance(self.skip_games, int) or self.skip_games < 0:

@@ -62,8 +62,8 @@ class ReflectionDataConfig:
             raise ValueError(f"skip_games: expected an int >= 0, got {self.skip_games!r}")
         if not self.temperature > 0:
             raise ValueError(f"temperature: expected > 0 (the reflections must differ), got {self.temperature}")
-        if self.split == "valid_train":
-            raise ValueError("split: valid_train is the evaluation split; collect on valid_seen or train")
+        if self.split in ("valid_train", "valid_unseen", "heldout_rooms"):
+            raise ValueError(f"split: {self.split} is an evaluation split; collect on valid_seen or train")
         return self
 
 
