@@ -20,7 +20,7 @@ PROMPTS = SHORT + MEDIUM + LONG
 
 @pytest.fixture(scope="module")
 def llm():
-    backend = open_llm(n_threads=1, n_ctx=1024, batch_n_seq_max=12, batch_n_ctx_seq=1024)
+    backend = open_llm(n_threads=1, n_ctx=1024, batch_n_seq_max=8, batch_n_ctx_seq=1024)
     yield backend
     backend.close()
 
@@ -90,9 +90,9 @@ OPTION_SETS = [
 
 @pytest.mark.parametrize("options", OPTION_SETS, ids=["ratings", "letters", "mixed"])
 def test_choose_many_equals_choose_bit_for_bit(llm, options):
-    prompts = PROMPTS[:6] + [f"Rate memory {i}: Agent{i} saw a zombie near the mill.\nRating:" for i in range(10)]
+    prompts = PROMPTS[:6] + [f"Rate memory {i}: Agent{i} saw a zombie near the mill.\nRating:" for i in range(4)]
     ref = [cold_choose(llm, p, options) for p in prompts]
-    got = llm.choose_many(prompts, options)  # 16 prompts > batch_n_seq_max: scored in groups
+    got = llm.choose_many(prompts, options)  # 10 prompts > batch_n_seq_max (8): scored in groups
     assert [g.logprobs for g in got] == [r.logprobs for r in ref]
     assert [g.index for g in got] == [r.index for r in ref]
     again = llm.choose_many(prompts[::-1], options)[::-1]  # other companions, warm cache
@@ -132,8 +132,8 @@ def test_bad_input_fails_before_any_work(llm):
         llm.generate_many(["a", "b"], temperature=[0.0])
     with pytest.raises(ValueError, match=r"prompts\[1\]: temperature: expected a finite float >= 0"):
         llm.generate_many(["a", "b"], temperature=[0.0, -1.0])
-    with pytest.raises(ValueError, match="exceed the batch context's 12 sequences"):
-        llm.generate_many([f"prompt {i}" for i in range(13)])
+    with pytest.raises(ValueError, match="exceed the batch context's 8 sequences"):
+        llm.generate_many([f"prompt {i}" for i in range(9)])
     with pytest.raises(ValueError, match=r"prompts\[0\]: \d+ tokens .* do not fit a sequence of the batch context"):
         llm.generate_many(["word " * 1100])
     with pytest.raises(ValueError, match="options: expected 2 option lists"):
