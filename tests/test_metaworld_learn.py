@@ -29,16 +29,18 @@ PUBLISHED = REPO / "results" / "metaworld" / "published" / "dreamerv3"
 TINY_FLAGS = [
     "--task", "drawer-close-v3", "--max-episode-steps", "20", "--prefill-steps", "40", "--pretrain-updates", "2",
     "--batch", "2", "--seq-len", "8", "--ac-starts", "8", "--eval-every", "40", "--eval-episodes", "2",
-    "--checkpoint-every", "1", "--train-ratio", "32", "--model-preset", "none", "--model-D", "16",
+    "--checkpoint-every", "1", "--train-ratio", "5", "--model-preset", "none", "--model-D", "16",
     "--model-Hd", "16", "--model-S", "4", "--model-C", "4", "--model-layers", "1", "--model-horizon", "4",
     "--model-wm-lr", "1e-3", "--model-ac-lr", "1e-3",
 ]
 
 
 def tiny(**kw) -> LearnConfig:
+    """A tiny run: 20-step episodes, 2 random prefill episodes, then 5 * 20 / 16 = 6.25 updates per
+    agent episode (the fraction carried from episode to episode, and through checkpoints)."""
     model = LearnModelConfig(preset=None, D=16, Hd=16, S=4, C=4, layers=1, horizon=4, wm_lr=1e-3, ac_lr=1e-3)
     base = dict(task="drawer-close-v3", env_steps=120, max_episode_steps=20, prefill_steps=40, pretrain_updates=2,
-                train_ratio=32.0, batch=2, seq_len=8, ac_starts=8, eval_every=40, eval_episodes=2,
+                train_ratio=5.0, batch=2, seq_len=8, ac_starts=8, eval_every=40, eval_episodes=2,
                 checkpoint_every=1, model=model)
     base.update(kw)
     return LearnConfig(**base)
@@ -63,7 +65,7 @@ def test_config_round_trips_through_json():
     assert back == cfg
     assert back.model.precision == "bfloat16" and back.model.muse is False
     assert back.agent == "dreamer"
-    assert cfg.updates_per_step() == pytest.approx(32 / 16)
+    assert cfg.updates_per_step() == pytest.approx(5 / 16)
 
 
 @pytest.mark.parametrize("kw, name", [
@@ -188,21 +190,32 @@ def test_published_loader_errors_name_the_argument_or_file(tmp_path):
 
 # --- runs -------------------------------------------------------------------------------------------------
 
-def test_run_in_pieces_equals_one_run_and_refuses_another_config(tmp_path):
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> Path:
+    """The uninterrupted reference run: tiny() to 160 env steps in one call (evaluations at 0, 40,
+    80, 120, 160), shared by the tests that compare a run made in pieces or killed with it."""
+    from metacog_fast.metaworld.learn.run import LearnRunner
+
+    d = tmp_path_factory.mktemp("learn") / "straight"
+    LearnRunner(tiny(env_steps=160), d, progress=False).run()
+    return d
+
+
+def test_run_in_pieces_equals_one_run_and_refuses_another_config(straight, tmp_path):
     from metacog_fast.metaworld.learn.run import LearnRunner, read_learn_state
     from metacog_fast.metaworld.learn.records import read_curve
 
-    LearnRunner(tiny(), tmp_path / "one", progress=False).run()
     LearnRunner(tiny(env_steps=60), tmp_path / "two", progress=False).run()
-    LearnRunner(tiny(), tmp_path / "two", progress=False).run()  # the same run, a larger target
-    a, b = read_curve(tmp_path / "one"), read_curve(tmp_path / "two")
-    assert [r["env_steps"] for r in a] == [0, 40, 80, 120]
-    assert _without_timing(a) == _without_timing(b)
+    LearnRunner(tiny(env_steps=120), tmp_path / "two", progress=False).run()  # the same run, a larger target
+    a, b = read_curve(straight), read_curve(tmp_path / "two")
+    assert [r["env_steps"] for r in b] == [0, 40, 80, 120]
+    assert _without_timing(a[:4]) == _without_timing(b)  # the straight run's records up to 120
     st = read_learn_state(tmp_path / "two")
     assert st["resumed"] == 1 and st["env_steps"] == 120 and st["episodes"] == 6
-    # updates: 2 after the prefill (40 steps), then 32 * 20 / 16 = 40 per episode for 4 episodes
-    assert st["updates"] == 2 + 4 * 40
-    assert a[-1]["updates"] == st["updates"]
+    # updates: 2 after the prefill (40 steps), then 5 * 20 / 16 = 6.25 per episode for 4 episodes:
+    # 6, 6, 6, 7 (the fraction carried, across the resume after episode 3 too)
+    assert st["updates"] == 2 + 25 and st["update_credit"] == pytest.approx(0.0, abs=1e-9)
+    assert a[3]["updates"] == st["updates"]
     assert "env_steps" in SNAPSHOT_IGNORE
     with pytest.raises(ValueError, match="different configuration.*train_ratio"):
         LearnRunner(tiny(train_ratio=64.0), tmp_path / "two", progress=False)
@@ -212,17 +225,19 @@ def test_run_in_pieces_equals_one_run_and_refuses_another_config(tmp_path):
     assert len(train_rows) == 7 and train_rows[1].endswith(",random") and train_rows[-1].endswith(",agent")
 
 
-def test_run_resumes_after_sigkill_with_the_same_records(tmp_path):
-    """A subprocess run SIGKILLed after its 80-step evaluation resumes to the records of an
-    uninterrupted run (training episodes, updates, evaluation outcomes, losses)."""
-    from metacog_fast.metaworld.learn.run import LearnRunner, read_learn_state
+def test_run_resumes_after_sigkill_with_the_same_records(straight, tmp_path):
+    """A subprocess run SIGKILLed after its 80-step evaluation, resumed by the CLI to 160 steps,
+    has the records of an uninterrupted run (training episodes, updates, evaluation outcomes, losses)."""
+    from metacog_fast.cli.main import main
+    from metacog_fast.metaworld.learn.run import read_learn_state
     from metacog_fast.metaworld.learn.records import read_curve
 
     killed = tmp_path / "killed"
-    argv = [sys.executable, "-m", "metacog_fast", "train", "learn", *TINY_FLAGS, "--env-steps", "160",
-            "--run-dir", str(killed), "--no-progress"]
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    args = ["train", "learn", *TINY_FLAGS, "--run-dir", str(killed), "--no-progress"]
+    # the killed run aims far beyond 160 steps, so that it is still running whenever the kill lands
+    # (env_steps is not part of the run's identity: the resumed run's target is 160)
+    proc = subprocess.Popen([sys.executable, "-m", "metacog_fast", *args, "--env-steps", "100000"], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     marker = killed / "evals" / "000000080.json"
     deadline = time.time() + 240
     while not marker.exists() and proc.poll() is None and time.time() < deadline:
@@ -230,15 +245,13 @@ def test_run_resumes_after_sigkill_with_the_same_records(tmp_path):
     assert proc.poll() is None, f"run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert not (killed / "evals" / "000000160.json").exists()
-    rc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert rc.returncode == 0, rc.stderr[-3000:]
-    LearnRunner(tiny(env_steps=160), tmp_path / "straight", progress=False).run()
-    a, b = read_curve(killed), read_curve(tmp_path / "straight")
+    assert marker.exists() and not (killed / "evals" / "000000160.json").exists()
+    assert main([*args, "--env-steps", "160"]) == 0  # the CLI, in this process: resumes the killed run
+    a, b = read_curve(killed), read_curve(straight)
     assert [r["env_steps"] for r in a] == [0, 40, 80, 120, 160]
     assert _without_timing(a) == _without_timing(b)
     assert read_learn_state(killed)["resumed"] >= 1
-    assert (killed / "train_curve.csv").read_text() == (tmp_path / "straight" / "train_curve.csv").read_text()
+    assert (killed / "train_curve.csv").read_text() == (straight / "train_curve.csv").read_text()
 
 
 def test_schedule_and_report(tmp_path):

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +21,10 @@ from metacog_fast.metaworld.train.replay import Episode  # noqa: E402
 
 
 def tiny(env_steps: int) -> LearnConfig:
+    """20-step episodes, 2 random prefill episodes, then 5 * 20 / 16 = 6.25 updates per agent episode."""
     model = LearnModelConfig(preset=None, D=16, Hd=16, S=4, C=4, layers=1, horizon=4, wm_lr=1e-3, ac_lr=1e-3)
     return LearnConfig(task="drawer-close-v3", env_steps=env_steps, max_episode_steps=20, prefill_steps=40,
-                       pretrain_updates=2, train_ratio=32.0, batch=2, seq_len=8, ac_starts=8, eval_every=40,
+                       pretrain_updates=2, train_ratio=5.0, batch=2, seq_len=8, ac_starts=8, eval_every=40,
                        eval_episodes=2, checkpoint_every=1, model=model)
 
 
@@ -103,15 +102,14 @@ def test_damage_and_bad_folders_are_clear_errors(run, tmp_path):
     assert not (tmp_path / "y").exists()
 
 
-def test_the_cli_packs_and_unpacks(run, tmp_path):
-    py = [sys.executable, "-m", "metacog_fast", "train"]
-    p = subprocess.run(py + ["pack", str(run), "--out", str(tmp_path / "pk"), "--no-progress"], capture_output=True,
-                       text=True, timeout=300)
-    assert p.returncode == 0, p.stderr
-    u = subprocess.run(py + ["unpack", str(tmp_path / "pk"), "--run-dir", str(tmp_path / "rd"), "--no-progress"],
-                       capture_output=True, text=True, timeout=300)
-    assert u.returncode == 0, u.stderr
+def test_the_cli_packs_and_unpacks(run, tmp_path, capsys):
+    from metacog_fast.cli.main import main
+
+    assert main(["train", "pack", str(run), "--out", str(tmp_path / "pk"), "--no-progress"]) == 0
+    assert main(["train", "unpack", str(tmp_path / "pk"), "--run-dir", str(tmp_path / "rd"), "--no-progress"]) == 0
     assert json.loads((tmp_path / "rd" / "unpack.json").read_text())["mismatched"] == []
-    bad = subprocess.run(py + ["pack", str(run), "--out", str(tmp_path / "x"), "--moments", "fp8"], capture_output=True,
-                         text=True, timeout=300)
-    assert bad.returncode == 2 and "moments" in bad.stderr
+    assert _evals(tmp_path / "rd") == _evals(run)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as bad:
+        main(["train", "pack", str(run), "--out", str(tmp_path / "x"), "--moments", "fp8"])
+    assert bad.value.code == 2 and "moments" in capsys.readouterr().err

@@ -75,16 +75,22 @@ def run_schedule(schedule: LearnSchedule, base: LearnConfig) -> list[dict[str, A
     for c in cfgs:
         c.validate()
     states: list[dict[str, Any]] = [{} for _ in cfgs]
+    targets = []
     target = 0
     while target < base.env_steps:
         target = min(target + schedule.stage_steps, base.env_steps)
-        if schedule.workers == 1:
+        targets.append(target)
+    if schedule.workers == 1:
+        for target in targets:
             states = [_advance(c, target, schedule.run_root, schedule.out_root, schedule.progress) for c in cfgs]
-            continue
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
+        return states
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(max_workers=min(schedule.workers, len(cfgs)), mp_context=mp.get_context("spawn")) as ex:
+    # one pool for every round: a worker imports torch and Meta-World once, not once per round
+    # (each round's runs resume from their run folders, so which worker trains a run does not matter)
+    with ProcessPoolExecutor(max_workers=min(schedule.workers, len(cfgs)), mp_context=mp.get_context("spawn")) as ex:
+        for target in targets:
             futs = [ex.submit(_advance, c, target, schedule.run_root, schedule.out_root, False) for c in cfgs]
             states = [f.result() for f in futs]
     return states
