@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from alfworld_helpers import HISTORY, INTRO, TASK, TYPE, llm, muse_at, scorer  # noqa: F401 (fixtures)
 from metacog_fast.alfworld import prompts
 from metacog_fast.alfworld.actions import ActionMapper
 from metacog_fast.alfworld.agents import EpisodeContext, MuseAgent, ReActAgent
@@ -15,30 +16,10 @@ from metacog_fast.alfworld.config import AgentConfig, RunConfig, resolve_run_def
 from metacog_fast.alfworld.report import selection_counts, trigger_counts
 from metacog_fast.runs.folder import config_differences
 
-INTRO = ("You are in the middle of a room. Looking quickly around you, you see a countertop 1, a fridge 1 and "
-         "a microwave 1.\n\nYour task is to: heat some egg and put it in countertop.")
-TASK = "Your task is to: heat some egg and put it in countertop."
-TYPE = "pick_heat_then_place_in_recep"
-HISTORY = [("go to fridge 1", "The fridge 1 is closed."), ("open fridge 1", "You open the fridge 1. In it, you "
-           "see a egg 1.")]
 LP_TOL = 1e-3
 """Generated-token log-probabilities against llama.cpp's scoring of the same text (tests/test_llm_logprobs.py)."""
-
-
-@pytest.fixture(scope="module")
-def llm():
-    from metacog_fast.llm import open_llm
-
-    m = open_llm("llama-cpp://", n_threads=1)
-    yield m
-    m.close()
-
-
-@pytest.fixture(scope="module")
-def scorer():
-    from metacog_fast.scoring import ScorerConfig, TrajectoryScorer
-
-    return TrajectoryScorer(ScorerConfig(seed=3))
+TOKENS = 12
+"""Tokens of a rollout."""
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +32,9 @@ def memory(scorer, tmp_path_factory):
 
 
 def muse(llm, scorer, select="highest", memory=None, **kw) -> MuseAgent:
-    cfg = AgentConfig(**{**dict(examples=0, rollouts=3, rollout_max_tokens=16, plan_max_tokens=8, seed=5,
+    cfg = AgentConfig(**{**dict(examples=0, rollouts=3, rollout_max_tokens=TOKENS, plan_max_tokens=8, seed=5,
                                 seed_scheme="episode"), **kw})
-    a = MuseAgent(llm, {TYPE: []}, cfg, ActionMapper("none"), memory, scorer, select)
-    a.ctx = EpisodeContext("g", TASK, TYPE, INTRO, 0)
-    a.current_plan = "1. take the egg. 2. heat it."
-    a.prefix = prompts.actor_prefix([], INTRO, [], a.plan())
-    a.lines, a.executed = list(HISTORY), list(HISTORY)
-    return a
+    return muse_at(llm, scorer, cfg, select, memory)
 
 
 def rollout_of(llm, scorer, text: str, prompt: str) -> list:
@@ -78,14 +54,14 @@ def test_greedy_candidate_and_the_margin_rule(llm, scorer):
     a = muse(llm, scorer, greedy_candidate=True, select_margin=1.0)
     prompt = a.prompt()
     d = a.act(None)
-    greedy = llm.complete(prompt, temperature=0.0, max_tokens=16)[0].text
+    greedy = llm.complete(prompt, temperature=0.0, max_tokens=TOKENS)[0].text
     assert d.info["greedy_candidate"] and d.info["rollouts"][0] == rollout_of(llm, scorer, greedy, prompt)
     # a margin no score gap reaches (scores are probabilities): the greedy action is executed
     assert d.info["chosen"] == 0 and d.info["greedy_replaced"] is False and d.action == d.info["rollouts"][0][0][0]
     s = d.info["scores"]
     assert d.info["greedy_gap"] == pytest.approx(max(s[1:]) - s[0])
     # the same rollouts under margin 0: the highest score wins unless it is the greedy one's (ties keep it)
-    texts = [greedy] + [llm.generate_many([prompt], temperature=0.5, max_tokens=16, seed=d.info["rollout_seed"] + i)[0].text
+    texts = [greedy] + [llm.generate_many([prompt], temperature=0.5, max_tokens=TOKENS, seed=d.info["rollout_seed"] + i)[0].text
                         for i in (1, 2)]
     for margin in (0.0, 1.0):
         b = muse(llm, scorer, greedy_candidate=True, select_margin=margin)
@@ -172,7 +148,7 @@ def test_action_logprob_recorded_and_equal_to_scoring(llm, scorer):
     d = a.act(None)
     assert d.info["action_logprob"] <= 0.0 and d.info["action_logprob_tokens"] >= 1
     assert d.info["action_logprob"] == pytest.approx(d.info["action_logprob_sum"] / d.info["action_logprob_tokens"])
-    greedy = llm.complete(prompt, temperature=0.0, max_tokens=16, stop=["\n"])[0].text  # rollout 0's first line
+    greedy = llm.complete(prompt, temperature=0.0, max_tokens=TOKENS, stop=["\n"])[0].text  # rollout 0's first line
     ref = _scored_logprob(llm, prompt, greedy, d.info["action_logprob_tokens"])
     assert ref is not None  # the greedy line re-tokenizes as generated here: the check is not vacuous
     assert d.info["action_logprob_sum"] == pytest.approx(ref, abs=LP_TOL)
