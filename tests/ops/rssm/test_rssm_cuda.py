@@ -2,8 +2,8 @@
 torch reference (docs/design.md §1.1, §1.2).
 
 - ``test_cuda_kernels_compile_to_ptx`` / ``test_cuda_binding_compiles``: nvcc (arch 90) and the
-  host compiler build the kernels (to PTX) and the pybind11 binding into a temp dir; the full
-  object build through ptxas is ``slow``. Skipped without nvcc.
+  host compiler build the kernels (to PTX, NVVM at -O1) and the pybind11 binding into a temp dir;
+  the full -O3 object build through ptxas is ``slow``. Skipped without nvcc.
 - ``gpu`` tests: every operation, persistent path (B <= 8) and tiled path (B > 8), odd sizes and
   an XS-size model, also through the public dispatcher; skipped without a CUDA device or a
   CUDA build. Tolerances as tests/test_rssm_triton.py: 2e-5 abs + 1e-4 rel, exact samples,
@@ -34,9 +34,12 @@ def _nvcc(args: list[str]) -> subprocess.CompletedProcess:
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 def test_cuda_kernels_compile_to_ptx(tmp_path):
-    # front end + NVVM for sm_90 (~10 s of CPU): every kernel in both modes is emitted
+    # front end + NVVM code generation for sm_90: every kernel in both modes is emitted. NVVM's
+    # optimiser at -O1 (~3 s of CPU) instead of its default -O3 (~33 s, nearly all of this test's
+    # time): what this checks (the source compiles for the device, every entry exists) does not
+    # depend on it; the -O3 build through ptxas is test_cuda_kernels_compile_object (slow).
     out = tmp_path / "rssm.ptx"
-    res = _nvcc(["-ptx", str(ROOT / "csrc/cuda/rssm.cu"), "-o", str(out)])
+    res = _nvcc(["-ptx", "-Xcicc", "-O1", str(ROOT / "csrc/cuda/rssm.cu"), "-o", str(out)])
     assert res.returncode == 0, res.stderr[-4000:]
     entries = [ln for ln in out.read_text().splitlines() if ".entry" in ln]
     for k in ("k_img_step", "k_imagine", "k_self_assess", "k_self_regulate"):
