@@ -8,11 +8,30 @@ from pathlib import Path
 
 import pytest
 
+from alfworld_helpers import shared_encoder
 from metacog_fast.alfworld.config import AgentConfig, RunConfig
 from metacog_fast.runs.folder import config_differences
 
-TINY = dict(examples=1, max_steps=2, action_max_tokens=12, max_thinks=1, reflection_max_tokens=12,
+TINY = dict(examples=0, max_steps=2, action_max_tokens=12, max_thinks=1, reflection_max_tokens=12,
             plan_max_tokens=12, rollouts=2, rollout_max_tokens=12, rollout_pairs=2, example_max_steps=12)
+
+
+@pytest.fixture(scope="module")
+def actor():
+    from metacog_fast.llm import open_llm
+
+    m = open_llm(n_threads=1, n_ctx=4096)
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="module")
+def reflector():
+    from metacog_fast.llm import open_llm
+
+    m = open_llm(n_threads=1, n_ctx=4096)
+    yield m
+    m.close()
 
 
 def test_react_with_a_reflector_is_refused():
@@ -40,19 +59,16 @@ def test_a_run_label_names_the_row():
     assert ordered(taken) == ["react", "reflexion", "reflexion+sl"]
 
 
-def test_reflections_come_from_the_reflector_and_count_in_the_record(tmp_path):
+def test_reflections_come_from_the_reflector_and_count_in_the_record(tmp_path, actor, reflector):
     from metacog_fast.alfworld.episode import run_episode
     from metacog_fast.alfworld.fewshot import load_examples
     from metacog_fast.alfworld.memory import ReflectionMemory
     from metacog_fast.alfworld.protocol import DEFAULT_FEWSHOT, make_agent, select_games
     from metacog_fast.envs import make_env
-    from metacog_fast.llm import open_llm
-    from metacog_fast.scoring import MiniLMEncoder
 
-    enc = MiniLMEncoder()
+    enc = shared_encoder()
     ac = AgentConfig(**TINY)
     ex = load_examples(DEFAULT_FEWSHOT, ac.examples, ac.example_max_steps)
-    actor, reflector = open_llm(n_threads=1, n_ctx=4096), open_llm(n_threads=1, n_ctx=4096)
     mem = ReflectionMemory(tmp_path / "m.db", enc)
     env = make_env("alfworld", split="valid_train", max_episode_steps=2)
     (g,) = select_games("valid_train", 1)
@@ -77,11 +93,9 @@ def test_reflections_come_from_the_reflector_and_count_in_the_record(tmp_path):
     finally:
         env.close()
         mem.close()
-        actor.close()
-        reflector.close()
 
 
-def test_reflecting_only_after_failures(tmp_path):
+def test_reflecting_only_after_failures(tmp_path, actor):
     """reflect_on="failure": a failed episode is reflected on as always; a won one adds no
     reflection (FCRF still grows its lesson pool from the fail -> success pair), and the reflections
     already written stay. Bad values are refused by name; an older snapshot resumes."""
@@ -90,8 +104,6 @@ def test_reflecting_only_after_failures(tmp_path):
     from metacog_fast.alfworld.memory import ReflectionMemory
     from metacog_fast.alfworld.protocol import DEFAULT_FEWSHOT, make_agent, select_games
     from metacog_fast.envs import make_env
-    from metacog_fast.llm import open_llm
-    from metacog_fast.scoring import MiniLMEncoder
 
     with pytest.raises(ValueError, match="reflect_on"):
         AgentConfig(reflect_on="sometimes").validate()
@@ -99,10 +111,10 @@ def test_reflecting_only_after_failures(tmp_path):
     old["agent_config"].pop("reflect_on")
     assert config_differences(old, RunConfig(agent="reflexion").to_dict()) == []
 
-    enc = MiniLMEncoder()
+    enc = shared_encoder()
     ac = AgentConfig(**{**TINY, "reflect_on": "failure"})
     ex = load_examples(DEFAULT_FEWSHOT, ac.examples, ac.example_max_steps)
-    llm = open_llm(n_threads=1, n_ctx=4096)
+    llm = actor
     mem = ReflectionMemory(tmp_path / "m.db", enc)
     env = make_env("alfworld", split="valid_train", max_episode_steps=2)
     (g,) = select_games("valid_train", 1)
@@ -125,7 +137,6 @@ def test_reflecting_only_after_failures(tmp_path):
     finally:
         env.close()
         mem.close()
-        llm.close()
 
 
 def test_a_finetuned_actor_prompted_unlike_its_training_is_warned(tmp_path):
