@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from alfworld_helpers import shared_encoder
 from metacog_fast.alfworld.config import AgentConfig, RunConfig
 from metacog_fast.alfworld.protocol import (DEFAULT_FEWSHOT, expert_examples, load_records, record_path,
                                                    run_protocol, select_games)
@@ -21,11 +22,13 @@ from metacog_fast.alfworld.protocol import (DEFAULT_FEWSHOT, expert_examples, lo
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(examples=1, max_steps=2, action_max_tokens=12, max_thinks=1, reflection_max_tokens=12, plan_max_tokens=12,
             rollouts=2, rollout_max_tokens=12, rollout_pairs=2, example_max_steps=12)
+BASE = {**TINY, "examples": 0}
+"""TINY for a base actor prompted without few-shot examples (an example costs ~600 prompt tokens)."""
 
 
 def _cli(out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "metacog_fast", "run", "alfworld", "--agent", "react", "--tasks", "2",
-            "--adapt-episodes", "0", "--episodes", "1", "--max-steps", "2", "--examples", "1", "--out", str(out), *extra]
+            "--adapt-episodes", "0", "--episodes", "1", "--max-steps", "2", "--examples", "0", "--out", str(out), *extra]
 
 
 def test_protocol_two_games_resume_after_kill(tmp_path):
@@ -46,7 +49,7 @@ def test_protocol_two_games_resume_after_kill(tmp_path):
     second = record_path(out, games[1]["game"], "test", 0)
     second_done = second.exists()  # the kill may land after the second episode too
     cfg = RunConfig(agent="react", tasks=2, adapt_episodes=0, test_episodes=1,
-                    agent_config=AgentConfig(max_steps=2, examples=1))
+                    agent_config=AgentConfig(max_steps=2, examples=0))
     res = run_protocol(out, cfg)
     assert res["episodes_played"] == (0 if second_done else 1)
     assert first.read_text() == before  # the finished episode was not replayed
@@ -54,13 +57,13 @@ def test_protocol_two_games_resume_after_kill(tmp_path):
         (rec,) = load_records(out, g["game"], [("test", 0)])
         assert rec["steps"] == 2 and rec["done"] is True and rec["won"] is False  # step limit: done, not won
         assert len(rec["pairs"]) == 2 and rec["llm"]["calls"] >= 2 and rec["llm"]["prompt_tokens"] > 0
-        assert "### Example 1" in rec["begin"]["prefix"] and "### Example 2" not in rec["begin"]["prefix"]
+        assert "### Example" not in rec["begin"]["prefix"]  # --examples 0 reached the prompt (the default is 2)
         assert rec["task"] in rec["begin"]["prefix"] and rec["task_type"] == g["task_type"]
         assert all(s["how"] in ("exact", "embed") for s in rec["step_log"])
     assert run_protocol(out, cfg)["episodes_played"] == 0  # everything done: nothing replayed
     with pytest.raises(ValueError, match="different configuration"):
         run_protocol(out, RunConfig(agent="react", tasks=2, adapt_episodes=0, test_episodes=2,
-                                    agent_config=AgentConfig(max_steps=2, examples=1)))
+                                    agent_config=AgentConfig(max_steps=2, examples=0)))
     from metacog_fast.alfworld.report import report
 
     rep = report(out)["agents"]["react"]
@@ -77,14 +80,14 @@ def scorer_dir(tmp_path_factory):
     assert ex and all(e["label"] == 1.0 for e in ex)  # only won walkthroughs give positives
     neg = [{"task": ex[0]["task"], "plan": ex[0]["plan"], "label": 0.0,
             "chunk": [("look", "Nothing happens."), ("inventory", "You are not carrying anything.")]}]
-    s = TrajectoryScorer(ScorerConfig(epochs=3))
+    s = TrajectoryScorer(ScorerConfig(epochs=3), encoder=shared_encoder())
     s.fit(ex + neg)
     return s.save(tmp_path_factory.mktemp("scorer") / "scorer")
 
 
 def test_muse_rollouts_scored_and_adapted(tmp_path, scorer_dir):
     cfg = RunConfig(agent="muse", tasks=1, adapt_episodes=1, test_episodes=1, scorer=str(scorer_dir),
-                    agent_config=AgentConfig(**TINY))
+                    agent_config=AgentConfig(**BASE))
     games = select_games("valid_train", 1)
     assert run_protocol(tmp_path, cfg)["episodes_played"] == 2
     adapt, test = load_records(tmp_path, games[0]["game"], [("adapt", 0), ("test", 0)])
@@ -109,9 +112,8 @@ def test_reflexion_and_fcrf_reflections(tmp_path):
     from metacog_fast.alfworld.memory import ReflectionMemory
     from metacog_fast.alfworld.protocol import make_agent
     from metacog_fast.llm import open_llm
-    from metacog_fast.scoring import MiniLMEncoder
 
-    enc = MiniLMEncoder()
+    enc = shared_encoder()
     ac = AgentConfig(**TINY)
     ex = load_examples(DEFAULT_FEWSHOT)
     llm = open_llm(n_threads=1, n_ctx=4096)
