@@ -17,7 +17,10 @@ from metacog_fast.ops.rssm import init_rssm_weights  # noqa: E402
 
 DEV = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 ODD = dict(D=96, Hd=80, S=4, C=5, A=3, E=24, L=2)
-XS_ISH = dict(D=256, Hd=256, S=32, C=32, A=4, E=64, L=2)
+XS_ISH = dict(D=256 if DEV.type == "cuda" else 128, Hd=256 if DEV.type == "cuda" else 128, S=32, C=32, A=4, E=64, L=2)
+"""The XS preset's 32 x 32 categorical latent (Z = 1024: 16 column tiles, 32-class sample tiles) with
+widths of several full tiles; under the CPU interpreter D = Hd = 128 (still 2 column and 4 reduction
+tiles, half the interpreted work of 256; the odd sizes are ODD's)."""
 
 
 def make_weights(D: int, Hd: int, S: int, C: int, A: int, E: int, L: int, seed: int = 0) -> dict[str, torch.Tensor]:
