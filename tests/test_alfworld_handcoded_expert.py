@@ -128,7 +128,7 @@ def test_two_object_expert_places_the_second_object():
     assert info["won"] and len(moves) == 2 and moves[0] != moves[1], taken
 
 
-def test_dagger_episode_trains_only_on_the_experts_commands(tmp_path):
+def test_dagger_episode_trains_only_on_the_experts_commands(tmp_path, smollm2_tokenizer):
     """A real DAgger collection (shipped actor, llama.cpp) of one game: with beta 1 every executed
     command is the expert's label, with beta 0 only the agreed ones are loss steps, and SFT's labels
     cover exactly those commands' tokens."""
@@ -136,11 +136,10 @@ def test_dagger_episode_trains_only_on_the_experts_commands(tmp_path):
     pytest.importorskip("transformers")
     from metacog_fast.alfworld.finetune.dagger import DaggerConfig, collect_dagger
     from metacog_fast.alfworld.finetune.sft import SFTConfig, build_rows
-    from metacog_fast.finetune.base import load_tokenizer
 
     recs = {}
     for beta in (1.0, 0.0):
-        m = collect_dagger(tmp_path / f"b{beta}", DaggerConfig(max_games=1, beta=beta, max_steps=6))
+        m = collect_dagger(tmp_path / f"b{beta}", DaggerConfig(max_games=1, beta=beta, max_steps=4))
         assert m["games"] == 1 and m["steps"] == sum(m["steps_by"].values())
         recs[beta] = json_lines(tmp_path / f"b{beta}" / "games")[0]
     hi, lo = recs[1.0], recs[0.0]
@@ -150,7 +149,7 @@ def test_dagger_episode_trains_only_on_the_experts_commands(tmp_path):
         want = [i for i, (a, _o) in enumerate(r["pairs"]) for s in [r["steps"][_step_index(r, i)]]
                 if s["by"] in ("agreed", "expert")]
         assert r["loss_steps"] == want
-        e = make_env("alfworld", split="train", max_episode_steps=6)  # the executed commands replay exactly
+        e = make_env("alfworld", split="train", max_episode_steps=4)  # the executed commands replay exactly
         try:
             e.reset(game=_game_path(r))
             for a, o in r["pairs"]:
@@ -158,7 +157,8 @@ def test_dagger_episode_trains_only_on_the_experts_commands(tmp_path):
                 assert " ".join(obs.split()) == o
         finally:
             e.close()
-    tok = load_tokenizer(SFTConfig().base)
+    assert SFTConfig().base == "smollm2"
+    tok = smollm2_tokenizer  # load_tokenizer(SFTConfig().base), loaded once per test process
     r = hi if hi["loss_steps"] else lo
     [row] = build_rows(tok, [r], SFTConfig())
     target = [x for x in row["labels"] if x != -100]
@@ -180,9 +180,9 @@ def test_dagger_resume_rebuilds_an_unpacked_collections_dataset(tmp_path, monkey
     from metacog_fast.alfworld.finetune.dagger import DaggerConfig, collect_dagger, folder_config
 
     out = tmp_path / "c"
-    m = collect_dagger(out, DaggerConfig(max_games=1, beta=1.0, max_steps=4, skip_games=3))
+    m = collect_dagger(out, DaggerConfig(max_games=1, beta=1.0, max_steps=2, skip_games=3))
     (out / "dataset.jsonl").unlink()
-    assert folder_config(out) == DaggerConfig(max_games=1, beta=1.0, max_steps=4, skip_games=3)
+    assert folder_config(out) == DaggerConfig(max_games=1, beta=1.0, max_steps=2, skip_games=3)
 
     def no_actor(*a, **k):
         raise AssertionError("the actor was opened although every game is there")

@@ -7,65 +7,27 @@ import argparse
 
 import pytest
 
-from metacog_fast.alfworld import prompts
+from alfworld_helpers import HISTORY, THINKS, llm, muse_at, scorer  # noqa: F401 (fixtures)
 from metacog_fast.alfworld.actions import ActionMapper
-from metacog_fast.alfworld.agents import EpisodeContext, MuseAgent
+from metacog_fast.alfworld.agents import MuseAgent
 from metacog_fast.alfworld.config import AgentConfig, RunConfig
-from metacog_fast.alfworld.fewshot import load_examples
-from metacog_fast.alfworld.protocol import DEFAULT_FEWSHOT
 from metacog_fast.alfworld.report import selection_counts
 
-INTRO = ("You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a countertop 1, "
-         "a countertop 2, a diningtable 1, a fridge 1, a garbagecan 1, a microwave 1, a sinkbasin 1, and a "
-         "stoveburner 1.\n\nYour task is to: heat some egg and put it in diningtable.")
-HISTORY = [("go to fridge 1", "The fridge 1 is closed."), ("open fridge 1", "You open the fridge 1. The fridge 1 "
-           "is open. In it, you see a egg 1, and a lettuce 2.")]
 
-
-@pytest.fixture(scope="module")
-def llm():
-    from metacog_fast.llm import open_llm
-
-    m = open_llm("llama-cpp://", n_threads=1)
-    yield m
-    m.close()
-
-
-@pytest.fixture(scope="module")
-def scorer():
-    from metacog_fast.scoring import ScorerConfig, TrajectoryScorer
-
-    return TrajectoryScorer(ScorerConfig(seed=3))
-
-
-def make_random(llm, scorer, examples: int, only_pick: bool | None) -> MuseAgent:
-    cfg = AgentConfig(examples=examples, rollouts=5, rollout_max_tokens=32, seed=7, decode_only_pick=only_pick)
-    ex = load_examples(DEFAULT_FEWSHOT)
-    agent = MuseAgent(llm, ex, cfg, ActionMapper("none"), None, scorer, "random")
-    agent.ctx = EpisodeContext("g", "Your task is to: heat some egg and put it in diningtable.",
-                               "pick_heat_then_place_in_recep", INTRO, 0)
-    agent.current_plan = "1. take the egg. 2. heat it with the microwave. 3. put it on the diningtable."
-    agent.prefix = prompts.actor_prefix(ex["pick_heat_then_place_in_recep"][:examples], INTRO, [], agent.current_plan)
-    agent.lines = list(HISTORY)
-    agent.executed = list(HISTORY)
-    return agent
-
-
-THINKS = [("think: First I need to find an egg.", "OK."), ("think: An egg is likely in the fridge.", "OK."),
-          ("think: I will check the fridge first.", "OK.")]
+def make_random(llm, scorer, only_pick: bool | None, history: list) -> MuseAgent:
+    cfg = AgentConfig(examples=0, rollouts=5, rollout_max_tokens=16, seed=7, decode_only_pick=only_pick)
+    return muse_at(llm, scorer, cfg, "random", history=history)
 
 
 # after actions the first line is an action (decoded up to its end); after think lines it is a think,
 # and the picked rollout is decoded whole (the full step's action comes from a later pair)
-@pytest.mark.starts_first(seconds=35)
+@pytest.mark.starts_first(seconds=10)
 @pytest.mark.parametrize("history", ["actions", "thinks"])
 def test_decoding_only_the_pick_executes_the_same_actions(llm, scorer, history):
-    steps = 3
+    steps = 2
     decisions, tokens, calls = [], [], []
     for only_pick in (None, True):
-        agent = make_random(llm, scorer, 1, only_pick)
-        if history == "thinks":
-            agent.lines += THINKS
+        agent = make_random(llm, scorer, only_pick, HISTORY + (THINKS if history == "thinks" else []))
         before = (llm.usage.completion_tokens, llm.usage.calls)
         decisions.append([agent.act(None) for _ in range(steps)])
         tokens.append(llm.usage.completion_tokens - before[0])

@@ -104,7 +104,7 @@ def test_alfworld_on_ray_matches_an_inline_run_episode_for_episode(tmp_path, clu
     from metacog_fast.alfworld.config import AgentConfig, RunConfig
     from metacog_fast.alfworld.protocol import episode_plan, load_records, run_protocol, select_games
 
-    ac = AgentConfig(examples=0, max_steps=2, action_max_tokens=12, max_thinks=1, reflection_max_tokens=12)
+    ac = AgentConfig(examples=0, max_steps=1, action_max_tokens=8, max_thinks=1, reflection_max_tokens=8)
     cfg = RunConfig(agent="reflexion", tasks=2, adapt_episodes=0, test_episodes=2, n_ctx=4096, agent_config=ac)
     local = run_protocol(tmp_path / "inline", cfg, executor=ExecutorConfig(executor="inline", progress=False))
     on_ray = run_protocol(tmp_path / "ray", cfg, executor=ExecutorConfig(executor="ray", progress=False))
