@@ -35,13 +35,21 @@ BASE_TYPES = ("f32", "f16", "q8_0")
 f16 and q8_0 make a smaller file (1-D norms always stay f32)."""
 
 
-@functools.lru_cache(maxsize=2)
-def _tokenizer_reader(path: str, size: int, mtime_ns: int) -> Any:
-    """A ``GGUFReader`` of a tokenizer GGUF, kept per (path, size, mtime): parsing the 49 k tokens and
-    merges of its metadata takes seconds, and one process may convert several folders."""
+@functools.lru_cache(maxsize=4)
+def _reader(path: str, size: int, mtime_ns: int) -> Any:
     import gguf
 
     return gguf.GGUFReader(path)
+
+
+def cached_reader(path: str | Path) -> Any:
+    """A read-only ``gguf.GGUFReader`` of ``path``, kept per (path, size, mtime) so that a file written
+    anew is read anew: parsing the 49 k tokens and merges of a SmolLM2-tokenizer GGUF's metadata takes
+    seconds (~12 s on a busy 2-core CPU), and one process may convert, export against or read the same
+    base several times. Callers must not modify it."""
+    path = str(Path(path).resolve())
+    st = os.stat(path)
+    return _reader(path, st.st_size, st.st_mtime_ns)
 
 
 def _refuse(folder: Path, what: str) -> ValueError:
@@ -117,9 +125,7 @@ def gguf_from_hf(hf_folder: str | Path, out: str | Path, weight_type: str = "f32
         raise ValueError(f"out: expected a path ending in .gguf, got {str(out)!r}")
     cfg = AutoConfig.from_pretrained(str(folder))
     check_llama_config(folder, cfg)
-    tok_path = base_gguf(tokenizer_from)
-    st = os.stat(tok_path)
-    tok_reader = _tokenizer_reader(tok_path, st.st_size, st.st_mtime_ns)
+    tok_reader = cached_reader(base_gguf(tokenizer_from))
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     check_same_tokenizer(folder, tokenizer, tok_reader, tokenizer_from)
     n_vocab = len(tok_reader.fields["tokenizer.ggml.tokens"].contents())

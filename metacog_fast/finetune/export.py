@@ -31,6 +31,7 @@ import numpy as np
 
 from metacog_fast.runs.records import read_json, write_json_atomic
 from metacog_fast.finetune.base import sha256_file
+from metacog_fast.finetune.convert import cached_reader
 from metacog_fast.llm.gguf_merge import MERGED_TYPES, write_gguf_atomic, write_merged
 
 FORMATS = ("adapter", "merged")
@@ -216,7 +217,7 @@ def read_adapter(source: str) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]],
     if field is None:
         raise ValueError(f"init_adapter: {path} is not a LoRA adapter (no {gguf.Keys.Adapter.LORA_ALPHA})")
     alpha = float(field.contents())
-    heads = _heads(gguf.GGUFReader(default_gguf() if base == "smollm2" else base))
+    heads = _heads(cached_reader(default_gguf() if base == "smollm2" else base))
     halves: dict[str, list[Any]] = {}
     for t in reader.tensors:
         m = re.fullmatch(r"(.+\.weight)\.lora_([ab])", t.name)
@@ -267,8 +268,6 @@ def write_adapter(path: Path, pairs: dict[str, tuple[np.ndarray, np.ndarray]], a
 
 def export_gguf(run_dir: str | Path, out_dir: str | Path, cfg: ExportConfig) -> dict[str, Any]:
     """Export the training run in ``run_dir`` to ``out_dir`` (model.json + GGUF); returns model.json."""
-    from gguf import GGUFReader
-
     from metacog_fast.finetune.base import base_gguf, is_hf_folder
 
     cfg.validate()
@@ -279,7 +278,7 @@ def export_gguf(run_dir: str | Path, out_dir: str | Path, cfg: ExportConfig) -> 
     sft = conf["sft"]
     weights = _resolve_weights(run, cfg.which)
     base_path = base_gguf(sft["base"])
-    reader = GGUFReader(base_path)
+    reader = cached_reader(base_path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if cfg.format == "adapter":

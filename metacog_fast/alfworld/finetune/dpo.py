@@ -126,7 +126,7 @@ def train_dpo(pairs_dir: str | Path | list[str | Path], out_dir: str | Path, cfg
     from trl import DPOConfig, DPOTrainer
 
     from metacog_fast.finetune.base import base_gguf, load_model, load_tokenizer
-    from metacog_fast.alfworld.finetune.sft import _trainer_class, check_checkpoint
+    from metacog_fast.alfworld.finetune.sft import _trainer_class, check_checkpoint, score_loss_positions_only
 
     cfg.validate()
     base_gguf(cfg.base)  # an unknown base, or a folder that cannot be exported, fails before any work
@@ -177,6 +177,7 @@ def train_dpo(pairs_dir: str | Path | list[str | Path], out_dir: str | Path, cfg
     )
     peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
                              target_modules="all-linear", task_type="CAUSAL_LM")
+    score_loss_positions_only()  # the head over the chosen / rejected tokens only, on a CPU too
     trainer = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                          peft_config=peft_config, callbacks=[_trainer_class()[1](out / "train_log.jsonl")])
     t_train = time.perf_counter()

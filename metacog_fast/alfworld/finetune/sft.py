@@ -2,7 +2,8 @@
 
 The transcripts are tokenised once with their loss mask (actions, or actions and observations);
 trl's ``SFTTrainer`` trains on them with its fused LM head, which projects to the vocabulary only
-at the positions whose label is kept (``logits="loss-positions"``); ``logits="all"`` is the plain
+at the positions whose label is kept (``logits="loss-positions"``; on a CPU too, see
+:func:`score_loss_positions_only`); ``logits="all"`` is the plain
 forward over every position (the anchor of ``bench/bench_finetune.py``).
 
 Layout of a training folder (a killed run resumes from its last checkpoint)::
@@ -253,6 +254,30 @@ def _full_logits_loss(outputs: Any, labels: Any, num_items_in_batch: Any = None)
     return loss / n
 
 
+def score_loss_positions_only() -> None:
+    """Make trl's fused LM head project only the positions whose label is kept on every device.
+
+    trl (1.16) scores every position on a device without Triton (its reason: tile shapes that change
+    per batch make Neuron recompile), so on a CPU the ``[positions, 49 k]`` head, nearly all of a
+    tiny model's step and a large part of SmolLM2's, runs over the prompt tokens too, whose results
+    are then masked away. The loss, its gradient and the logged metrics are the same either way (each
+    position is scored on its own); a CPU compiles nothing. Idempotent; a trl without that switch is
+    left as it is."""
+    try:
+        import trl.trainer.utils as tu
+    except ImportError:
+        return
+    use = getattr(tu, "_use_triton", None)
+    if use is None or getattr(use, "_metacog_cpu_compact", False):
+        return
+
+    def compact(device: Any) -> bool:
+        return device.type == "cpu" or use(device)
+
+    compact._metacog_cpu_compact = True  # type: ignore[attr-defined]
+    tu._use_triton = compact
+
+
 def _use_cuda(device: str) -> bool:
     import torch
 
@@ -270,6 +295,7 @@ def make_trainer(model: Any, tokenizer: Any, rows: list[dict[str, Any]], cfg: SF
     from trl import SFTConfig as TrlConfig
 
     SFTTrainer, ThroughputLog = _trainer_class()
+    score_loss_positions_only()
     torch.set_num_threads(cfg.threads or len(os.sched_getaffinity(0)))
     steps_per_epoch = max(1, -(-len(rows) // cfg.batch_size))
     args = TrlConfig(
