@@ -20,36 +20,18 @@ converted by it once (:func:`metacog_fast.finetune.base.hf_base_gguf`).
 """
 from __future__ import annotations
 
-import functools
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from metacog_fast._extras import require
+from metacog_fast.llm.gguf_merge import cached_reader
 
 BASE_TYPES = ("f32", "f16", "q8_0")
 """Weight types of a converted base. f32 (default) keeps the weights exactly as trained from;
 f16 and q8_0 make a smaller file (1-D norms always stay f32)."""
-
-
-@functools.lru_cache(maxsize=4)
-def _reader(path: str, size: int, mtime_ns: int) -> Any:
-    import gguf
-
-    return gguf.GGUFReader(path)
-
-
-def cached_reader(path: str | Path) -> Any:
-    """A read-only ``gguf.GGUFReader`` of ``path``, kept per (path, size, mtime) so that a file written
-    anew is read anew: parsing the 49 k tokens and merges of a SmolLM2-tokenizer GGUF's metadata takes
-    seconds (~12 s on a busy 2-core CPU), and one process may convert, export against or read the same
-    base several times. Callers must not modify it."""
-    path = str(Path(path).resolve())
-    st = os.stat(path)
-    return _reader(path, st.st_size, st.st_mtime_ns)
 
 
 def _refuse(folder: Path, what: str) -> ValueError:

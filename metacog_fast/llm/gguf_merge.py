@@ -8,6 +8,7 @@ small enough to ship. Needs the ``gguf`` package (numpy only).
 """
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -130,12 +131,27 @@ def adapter_deltas(adapter_path: str | os.PathLike[str]) -> dict[str, np.ndarray
     return out
 
 
+@functools.lru_cache(maxsize=4)
+def _reader(path: str, size: int, mtime_ns: int) -> Any:
+    from gguf import GGUFReader
+
+    return GGUFReader(path)
+
+
+def cached_reader(path: str | os.PathLike[str]) -> Any:
+    """A read-only ``gguf.GGUFReader`` of ``path``, kept per (path, size, mtime) so that a file written
+    anew is read anew: parsing the 49 k tokens and merges of a SmolLM2-tokenizer GGUF's metadata takes
+    seconds, and one process may merge, convert, export against or read the same base several times.
+    Callers must not modify it."""
+    path = str(Path(path).resolve())
+    st = os.stat(path)
+    return _reader(path, st.st_size, st.st_mtime_ns)
+
+
 def merged_from_adapter(base_path: str | os.PathLike[str], adapter_path: str | os.PathLike[str],
                         out_path: str | os.PathLike[str], merged_type: str = "q8_0") -> Path:
     """Write ``base + adapter`` as one ``merged_type`` GGUF at ``out_path`` (atomic); returns it."""
-    from gguf import GGUFReader
-
     deltas = adapter_deltas(adapter_path)
     out = Path(out_path)
-    write_merged(out, GGUFReader(str(base_path)), deltas, {}, merged_type)
+    write_merged(out, cached_reader(base_path), deltas, {}, merged_type)
     return out
