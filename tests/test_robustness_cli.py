@@ -67,7 +67,7 @@ def test_zero_threads_is_refused_before_the_run_folder_and_the_corrected_rerun_r
 
 
 @pytest.mark.parametrize("argv, flag, expected", [
-    (["--split", "nosuch"], "--split", "expected one of train, valid_seen, valid_train, valid_unseen, got 'nosuch'"),
+    (["--split", "nosuch"], "--split", "expected one of train, valid_seen, valid_train, valid_unseen, heldout_rooms, got 'nosuch'"),
     (["--data", "{tmp}/missing"], "--data", "expected an existing folder"),
     (["--data", "{tmp}"], "--data", "ALFWorld games not found"),  # a folder, but no games in it
     (["--llm", "foo://x"], "--llm", "unknown scheme 'foo'"),
