@@ -16,7 +16,7 @@ if swe.java_version() is None:
 from metacog_fast.scienceworld.report import report  # noqa: E402
 from metacog_fast.scienceworld.runner import RunConfig, run_protocol  # noqa: E402
 
-STEPS = 6
+STEPS = 4
 
 
 @pytest.fixture(scope="module")
