@@ -5,6 +5,7 @@ without the plan LLM call. Imported as a plain module (``from alfworld_helpers i
 default import mode puts tests/ on sys.path for the test modules here, under xdist too)."""
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -37,18 +38,14 @@ def llm():
     m.close()
 
 
-_SHARED: dict[str, Any] = {}
-
-
+@functools.lru_cache(maxsize=1)
 def shared_scorer() -> Any:
     """One untrained M_sa (``ScorerConfig(seed=3)``) on the real MiniLM encoder per test process:
     loading MiniLM costs seconds of CPU, and its users only score with it (nothing fits this head;
     a test that trains a scorer makes its own, on :func:`shared_encoder` if it likes)."""
-    if "scorer" not in _SHARED:
-        from metacog_fast.scoring import ScorerConfig, TrajectoryScorer
+    from metacog_fast.scoring import ScorerConfig, TrajectoryScorer
 
-        _SHARED["scorer"] = TrajectoryScorer(ScorerConfig(seed=3))
-    return _SHARED["scorer"]
+    return TrajectoryScorer(ScorerConfig(seed=3))
 
 
 def shared_encoder() -> Any:

@@ -31,8 +31,7 @@ import numpy as np
 
 from metacog_fast.runs.records import read_json, write_json_atomic
 from metacog_fast.finetune.base import sha256_file
-from metacog_fast.finetune.convert import cached_reader
-from metacog_fast.llm.gguf_merge import MERGED_TYPES, write_gguf_atomic, write_merged
+from metacog_fast.llm.gguf_merge import MERGED_TYPES, cached_reader, write_gguf_atomic, write_merged
 
 FORMATS = ("adapter", "merged")
 
