@@ -55,7 +55,7 @@ def _moves(run_frames: list[dict], name: str) -> list[str]:
     return [ag["action"] for f in run_frames for ag in f["agents"] if ag["name"] == name]
 
 
-@pytest.mark.starts_first(seconds=35)
+@pytest.mark.starts_first(seconds=22)
 def test_town_agents_keep_their_targets(tmp_path, encoder):
     """Five steps of a three-agent zombie town: agents go on toward their targets (today's lettered
     choice never took the option in 18 decisions of the same town) and nobody walks back and forth
@@ -67,7 +67,7 @@ def test_town_agents_keep_their_targets(tmp_path, encoder):
     from metacog_fast.town.llm_adapter import SimLLM
 
     backend = open_llm()  # threads: the cores this process may use
-    llm = SimLLM(backend)
+    llm = SimLLM(backend, batched=True)  # as the town's runner opens it: a round's calls in one batch
     feats = Features(memory=True, reflection=False, planning=True, metacognition=False)
     sim = Simulation(load_scenario("zombie", n_agents=3, seed=0, steps=5), llm, encoder, str(tmp_path),
                      SimConfig(features=feats, agent=AgentConfig()))
