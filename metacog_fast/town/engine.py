@@ -418,14 +418,7 @@ class Simulation:
         if self.llm.batched:
             self.llm.expect(len(alive))  # every agent's calls join the same rounds
         for a in alive:
-            stm = [it.item for it in self.memory.short_term.items(a.name, self.now())]
-            ctx = StepContext(
-                step=self.step_no, now=self.now(), clock=self.clock(), place=self.place_of(a.pos), premise=premise,
-                notices=_dedupe(notices.get(a.name, []) + stm)[:8], memories=memories.get(a.name, []),
-                options=self.options(a, notices.get(a.name, [])), places=self.places,
-                meta_questions=self.sc.meta_questions or ["How can I make progress toward my goal?"],
-                listener_heads={b.name: heads[b.name] for b in self._agents_near(a, self.sc.perception_range)},
-            )
+            ctx = self.context(a, notices.get(a.name, []), memories.get(a.name, []), heads)
             futures[self._pool.submit(self._think_job, a, ctx, cancel)] = a
         done, not_done = cf.wait(futures, timeout=None if self.cfg.step_budget is None else self._remaining())
         cancel.set()
@@ -443,6 +436,21 @@ class Simulation:
             except StepCancelled:
                 pass
         return out
+
+    def context(self, a: GenerativeAgent, notices: list[str], memories: list[str], heads: dict[str, str],
+                step: int | None = None) -> StepContext:
+        """What agent ``a`` is given to think about now: its notices and short-term memory, the
+        retrieved ``memories``, its options, and the prompt heads of the agents it may talk to
+        (``heads``: name -> :meth:`GenerativeAgent.head`). ``step``: the step its rating cadence
+        and seeded choices count (default: the simulation's step)."""
+        stm = [it.item for it in self.memory.short_term.items(a.name, self.now())]
+        return StepContext(
+            step=self.step_no if step is None else step, now=self.now(), clock=self.clock(),
+            place=self.place_of(a.pos), premise=self.sc.description,
+            notices=_dedupe(notices + stm)[:8], memories=memories, options=self.options(a, notices),
+            places=self.places, meta_questions=self.sc.meta_questions or ["How can I make progress toward my goal?"],
+            listener_heads={b.name: heads[b.name] for b in self._agents_near(a, self.sc.perception_range)},
+        )
 
     def _think_job(self, a: GenerativeAgent, ctx: StepContext, cancel: threading.Event) -> Decision:
         assert self.llm is not None
