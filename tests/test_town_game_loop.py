@@ -136,6 +136,8 @@ def test_arguments_are_checked(tmp_path, encoder):
         LoopConfig(decide_every=0)
     with pytest.raises(ValueError, match="max_round"):
         LoopConfig(max_round=0)
+    with pytest.raises(ValueError, match="rated_per_round"):
+        LoopConfig(rated_per_round=-1)
     sim = Simulation(load_scenario("zombie", n_agents=2), None, encoder, str(tmp_path), SimConfig(use_llm=False,
                                                                                                   step_budget=1.0))
     try:
@@ -150,5 +152,21 @@ def test_arguments_are_checked(tmp_path, encoder):
                 loop.run(-1)
             with pytest.raises(ValueError, match="hz"):
                 loop.run(1, hz=0)
+    finally:
+        sim.close()
+
+
+def test_a_round_rates_at_most_its_share_of_new_memories(tmp_path, encoder):
+    from metacog_fast.town.generative.memory import PendingMemory
+
+    sim = Simulation(load_scenario("zombie", n_agents=2), None, encoder, str(tmp_path), SimConfig(use_llm=False))
+    try:
+        asked: list[list[str]] = []
+        sim.memory.rate = lambda pairs: asked.append([t for _, t in pairs]) or [9] * len(pairs)
+        items = [PendingMemory("Ada", f"memory {i}", "observation", "Park") for i in range(5)]
+        assert sim.memory.importance(items, max_rated=2) == [3.0, 3.0, 3.0, 9.0, 9.0]  # the newest two
+        assert asked == [["memory 3", "memory 4"]]
+        assert sim.memory.importance(items, max_rated=0) == [3.0, 3.0, 3.0, 9.0, 9.0] and len(asked) == 1
+        assert sim.memory.importance(items) == [9.0] * 5 and asked[-1] == ["memory 0", "memory 1", "memory 2"]
     finally:
         sim.close()

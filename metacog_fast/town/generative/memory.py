@@ -74,12 +74,16 @@ class MemoryStream:
         self.texts: dict[int, str] = {}
         self.kinds: dict[int, str] = {}
 
-    def importance(self, items: list[PendingMemory]) -> list[float]:
-        """Importance of each item: given, cached by text, or rated now (one rating per unique text)."""
+    def importance(self, items: list[PendingMemory], max_rated: int | None = None) -> list[float]:
+        """Importance of each item: given, cached by text, or rated now (one rating per unique text).
+
+        ``max_rated``: rate at most this many new texts (the newest); the others get the default 3."""
         todo: dict[str, str] = {}
         for m in items:
             if m.importance is None and m.text not in self.importance_cache:
                 todo.setdefault(m.text, m.agent)
+        if max_rated is not None:
+            todo = dict(list(todo.items())[len(todo) - max_rated:] if max_rated > 0 else [])
         if todo and self.rate is not None:
             pairs = [(a, t) for t, a in todo.items()]
             for (a, t), r in zip(pairs, self.rate(pairs)):
