@@ -5,8 +5,9 @@
     METACOG_BENCH_TOWN_LOOP_SECONDS=300 METACOG_BENCH_TOWN_LOOP_ANCHOR_STEPS=1 \
         pytest bench/bench_town_loop.py -k "25-" --benchmark-json=bench/results/town_loop_25.json
 
-Each case: the zombie scenario (zombies on), memory, reflection and planning on, metacognition on
-or off; the embedded SmolLM2-135M through the town's batched SimLLM. The loop (``GameLoop``) runs
+Each case: the party scenario (nobody dies, so the loop runs the whole time: in the zombie town the
+zombies, moving every tick, killed all 5 agents within 25 s while they waited for their first
+plans), memory, reflection and planning on, metacognition on or off; the embedded SmolLM2-135M through the town's batched SimLLM. The loop (``GameLoop``) runs
 ``SECONDS`` of wall time paced at ``HZ`` ticks per second; the LLM decodes on all cores but one
 (the game's thread keeps a core: ``LLM_THREADS``). Recorded (``extra_info``): the loop's
 ``stats()`` (ticks per second achieved and tick time p50/p95, decision latency p50/p95 overall and
@@ -56,7 +57,7 @@ def _sim(tmp_path, name, backend, encoder, agents: int, metacognition: bool) -> 
     from metacog_fast.town.llm_adapter import SimLLM
 
     feats = Features(memory=True, reflection=True, planning=True, metacognition=metacognition)
-    sc = load_scenario("zombie", n_agents=agents, seed=0, steps=10**6)
+    sc = load_scenario("party", n_agents=agents, seed=0, steps=10**6)
     return Simulation(sc, SimLLM(backend, batched=True), encoder, str(tmp_path / name), SimConfig(features=feats))
 
 
