@@ -138,6 +138,9 @@ def test_arguments_are_checked(tmp_path, encoder):
         LoopConfig(max_round=0)
     with pytest.raises(ValueError, match="rated_per_round"):
         LoopConfig(rated_per_round=-1)
+    import gc
+
+    assert gc.get_freeze_count() == 0
     sim = Simulation(load_scenario("zombie", n_agents=2), None, encoder, str(tmp_path), SimConfig(use_llm=False,
                                                                                                   step_budget=1.0))
     try:
@@ -147,11 +150,15 @@ def test_arguments_are_checked(tmp_path, encoder):
         sim.close()
     sim = Simulation(load_scenario("zombie", n_agents=2), None, encoder, str(tmp_path / "b"), SimConfig(use_llm=False))
     try:
-        with GameLoop(sim) as loop:
+        with GameLoop(sim) as loop:  # freezes what exists now out of the collector's view, until close
+            assert gc.get_freeze_count() > 0
             with pytest.raises(ValueError, match="ticks"):
                 loop.run(-1)
             with pytest.raises(ValueError, match="hz"):
                 loop.run(1, hz=0)
+        assert gc.get_freeze_count() == 0
+        with GameLoop(sim, LoopConfig(freeze_gc=False)):
+            assert gc.get_freeze_count() == 0
     finally:
         sim.close()
 

@@ -28,6 +28,7 @@ plan (a newer decision was requested and has not arrived), rounds and decisions 
 """
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections import defaultdict
@@ -49,6 +50,12 @@ class LoopConfig:
     """Ticks between the arrival of an agent's decision and its next request (1: at once)."""
     max_round: int | None = None
     """Most requests one round takes (None: every waiting one); the rest wait for the next round."""
+    freeze_gc: bool = True
+    """``gc.freeze()`` when the loop starts (``gc.unfreeze()`` at ``close``): what exists then (the
+    models, the world) leaves the cyclic collector's view. Its full collections scan the whole heap
+    from the game's thread: without an LLM, 25 agents, 3,000 ticks, the longest tick was 306-308 ms
+    unfrozen and 47-50 ms frozen (two runs each; p95 ~0.9-1.3 ms either way). Objects that exist at
+    the start and become cyclic garbage later are not collected while frozen."""
     rated_per_round: int | None = 8
     """Most new memories whose importance one round asks the LLM for (the newest); the others are
     stored at the default importance 3. Ten ticks a second notice far more than a step does
@@ -136,6 +143,10 @@ class GameLoop:
         self._stop = False
         self._error: BaseException | None = None
         self._thinking = sim.cfg.use_llm and sim.llm is not None
+        self._froze = self.cfg.freeze_gc
+        if self._froze:
+            gc.collect()
+            gc.freeze()
         self._thread = threading.Thread(target=self._decider, name="town-decider", daemon=True)
         if self._thinking:
             self._thread.start()
@@ -349,6 +360,9 @@ class GameLoop:
             self._lock.notify_all()
         if self._thread.is_alive():
             self._thread.join()
+        if self._froze:
+            self._froze = False
+            gc.unfreeze()
 
     def __enter__(self) -> "GameLoop":
         return self
