@@ -591,16 +591,19 @@ class Simulation:
         decisions = self.think_phase(notices, memories)
         t.llm = time.perf_counter() - t1
         t2, c2 = time.perf_counter(), time.thread_time()
-        events = self.act(decisions)
-        self.npc_phase(events)
-        self.step_no += 1
-        self._record_frame(events)
+        self.finish_step(self.act(decisions))
         t.acting = time.perf_counter() - t2
         t.cpu_outside_llm = cpu + time.thread_time() - c2
         self.timings.append(t)
+        return t
+
+    def finish_step(self, events: list[dict[str, Any]]) -> None:
+        """After the agents acted: the scenario's non-player rules, the step count, the frame, the log."""
+        self.npc_phase(events)
+        self.step_no += 1
+        self._record_frame(events)
         for e in events:
             self.log.append({"step": self.step_no, **e})
-        return t
 
     def run(self, steps: int | None = None, progress: Any = None) -> None:
         n = self.sc.steps if steps is None else steps

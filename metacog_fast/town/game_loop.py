@@ -24,7 +24,8 @@ plan, target, strategy) is still adopted; ``stats()`` counts these as *invalidat
 
 Measures (``stats()``): ticks per second and tick time p50/p95, decision latency (request to
 application, seconds) p50/p95 overall and per agent, the share of agent-ticks acted on a *stale*
-plan (a newer decision was requested and has not arrived), rounds and decisions per round.
+plan (a newer decision was requested and has not arrived), rounds and decisions per round. The
+simulation's own ``plan_fallbacks`` counts, as in ``step()``, every agent-tick without a new decision.
 """
 from __future__ import annotations
 
@@ -107,7 +108,6 @@ class TickStats:
 
 @dataclass
 class _Counters:
-    ticks: int = 0
     tick_seconds: list[float] = field(default_factory=list)
     agent_ticks: int = 0
     stale: int = 0
@@ -188,14 +188,7 @@ class GameLoop:
         reqs = self._request(notices) if self._thinking and not sim.budget_spent else []
         alive = [a for a in sim.agents if a.alive]
         stale = sum(1 for a in alive if a.name in self._inflight and a.name not in decisions)
-        fallbacks = sim.fallbacks
-        events = sim.act(decisions)
-        sim.fallbacks = fallbacks + stale  # a plan followed while a decision was owed
-        sim.npc_phase(events)
-        sim.step_no += 1
-        sim._record_frame(events)
-        for e in events:
-            sim.log.append({"step": sim.step_no, **e})
+        sim.finish_step(sim.act(decisions))
         pending, sim.pending = sim.pending, []
         if pending or reqs:  # together: a round commits the memories of the tick that asked for it
             with self._lock:
@@ -204,7 +197,6 @@ class GameLoop:
                 self._lock.notify_all()
         dt = time.perf_counter() - t0
         c = self.counters
-        c.ticks += 1
         c.tick_seconds.append(dt)
         c.agent_ticks += len(alive)
         c.stale += stale
@@ -337,7 +329,7 @@ class GameLoop:
             return round(float(np.percentile(x, q)) * scale, 3) if len(x) else None
 
         return {
-            "ticks": c.ticks,
+            "ticks": len(ts),
             "ticks_per_second": round(len(ts) / float(ts.sum()), 1) if len(ts) and ts.sum() > 0 else None,
             "tick_ms": {"p50": pct(ts, 50, 1e3), "p95": pct(ts, 95, 1e3), "max": pct(ts, 100, 1e3)},
             "decisions": int(len(lat)),

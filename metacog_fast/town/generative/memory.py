@@ -83,7 +83,7 @@ class MemoryStream:
             if m.importance is None and m.text not in self.importance_cache:
                 todo.setdefault(m.text, m.agent)
         if max_rated is not None:
-            todo = dict(list(todo.items())[len(todo) - max_rated:] if max_rated > 0 else [])
+            todo = dict(list(todo.items())[max(0, len(todo) - max_rated):])
         if todo and self.rate is not None:
             pairs = [(a, t) for t, a in todo.items()]
             for (a, t), r in zip(pairs, self.rate(pairs)):
