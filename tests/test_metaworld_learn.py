@@ -63,7 +63,7 @@ def test_config_round_trips_through_json():
     cfg = tiny(seed=3, ac_starts=None)
     back = LearnConfig.from_dict(json.loads(cfg.to_json()))
     assert back == cfg
-    assert back.model.precision == "bfloat16" and back.model.muse is False
+    assert back.model.precision == "auto" and back.model.muse is False
     assert back.agent == "dreamer"
     assert cfg.updates_per_step() == pytest.approx(5 / 16)
 
@@ -94,6 +94,19 @@ def test_bad_model_precision_and_unknown_keys_are_named():
     d["model"]["width"] = 3
     with pytest.raises(ValueError, match=r"config.model: unknown keys.*width"):
         LearnConfig.from_dict(d)
+
+
+def test_auto_precision_is_bf16_only_where_the_machine_has_it(monkeypatch):
+    import metacog_fast.scoring.encoder as enc
+    from metacog_fast.metaworld.models.dreamer import resolve_precision
+
+    monkeypatch.setattr(enc, "cpu_has_bf16", lambda: False)
+    assert resolve_precision("auto") == "float32" and resolve_precision("auto", "cuda") == "bfloat16"
+    assert resolve_precision("bfloat16") == "bfloat16"
+    monkeypatch.setattr(enc, "cpu_has_bf16", lambda: True)
+    assert resolve_precision("auto") == "bfloat16" and resolve_precision("float32") == "float32"
+    with pytest.raises(ValueError, match="precision: expected one of"):
+        resolve_precision("fp16")
 
 
 def test_task_without_version_suffix_is_canonicalised():
@@ -212,6 +225,9 @@ def test_run_in_pieces_equals_one_run_and_refuses_another_config(straight, tmp_p
     assert _without_timing(a[:4]) == _without_timing(b)  # the straight run's records up to 120
     st = read_learn_state(tmp_path / "two")
     assert st["resumed"] == 1 and st["env_steps"] == 120 and st["episodes"] == 6
+    from metacog_fast.metaworld.models.dreamer import resolve_precision
+
+    assert st["precisions"] == [{"from_env_steps": 0, "precision": resolve_precision("auto")}]
     # updates: 2 after the prefill (40 steps), then 5 * 20 / 16 = 6.25 per episode for 4 episodes:
     # 6, 6, 6, 7 (the fraction carried, across the resume after episode 3 too)
     assert st["updates"] == 2 + 25 and st["update_credit"] == pytest.approx(0.0, abs=1e-9)

@@ -28,12 +28,14 @@ SNAPSHOT_IGNORE = ("env_steps",)
 @dataclass
 class LearnModelConfig(DreamerConfig):
     """The Dreamer-v3 world model and actor-critic of a learning run (DreamerConfig with the
-    defaults of these runs: no self-assessment loss, bfloat16 matmuls)."""
+    defaults of these runs: no self-assessment loss, bfloat16 matmuls where the machine has them)."""
 
     muse: bool = False
     """Train the self-assessment head too (False: plain Dreamer-v3, the learning runs)."""
-    precision: str = "bfloat16"
-    """Matmul precision of the updates: "float32" or "bfloat16" (autocast; docs/muse_wm.md)."""
+    precision: str = "auto"
+    """Matmul precision of the updates: "float32", "bfloat16" (autocast; docs/muse_wm.md) or "auto"
+    (bfloat16 on a GPU or a CPU with AVX512-BF16/AMX, else float32). A run resumed on another
+    machine keeps "auto" and may change precision there; ``state["precisions"]`` records each part."""
 
 
 @dataclass

@@ -100,6 +100,9 @@ class LearnRunner:
                 "evals": 0, "train_episodes": [], "resumed": 0, "wall_seconds": 0.0,
                 "update_seconds": 0.0, "env_seconds": 0.0, "eval_seconds": 0.0, "last_metrics": {},
             }
+        parts = self.state.setdefault("precisions", [])
+        if not parts or parts[-1]["precision"] != self.model.precision:
+            parts.append({"from_env_steps": self.state["env_steps"], "precision": self.model.precision})
         self.replay = ReplayBuffer(self.run_dir / "replay", cfg.model.N)
         self.replay.load_dir(keep=self.state["episodes"])
         one_hot = cfg.task in MT10_TASKS + NOVEL_TASKS
