@@ -44,7 +44,8 @@ def test_progress_rating_below_threshold_triggers_meta_cognize(tmp_path, llm, en
     sim = Simulation(load_scenario("zombie", n_agents=1), None, encoder, str(tmp_path), SimConfig(use_llm=False))
     feats = Features(memory=True, reflection=False, planning=False, metacognition=True)
     always = GenerativeAgent("Ada", "Ada is a nurse.", "calm", "", "survivor", (3, 12), feats,
-                             AgentConfig(progress_every=2, progress_threshold=11))  # every rating (1-10) is below 11
+                             AgentConfig(progress_every=2, progress_threshold=11,  # every rating (1-10) is below 11
+                                         meta_mode="prose"))
     llm.reset()
     d1 = always.think(_ctx(2, sim.places), llm, sim.memory)
     assert d1.metacognized
@@ -68,11 +69,49 @@ def test_progress_rating_below_threshold_triggers_meta_cognize(tmp_path, llm, en
     assert new and not set(new) & set(d1.mind.asked[-2:])
     # with a threshold of 1 no rating is below it: progress is rated, meta_cognize does not run
     never = GenerativeAgent("Ben", "Ben is a student.", "brave", "stay alive", "survivor", (3, 12), feats,
-                            AgentConfig(progress_every=2, progress_threshold=1))
+                            AgentConfig(progress_every=2, progress_threshold=1, meta_mode="prose"))
     d3 = never.think(_ctx(2, sim.places), llm, sim.memory)
     assert [k for k, _ in d3.events] == ["progress"] and not d3.metacognized
     assert d3.mind.goal == "stay alive"
     assert llm.cost.by_purpose["progress"] == 6 and llm.cost.calls > 10
+    sim.close()
+
+
+def test_control_meta_cognize_changes_what_the_agent_does_in_two_calls(tmp_path, llm, encoder):
+    """Control mode: one seed question answered from memory, one choice among the controls, and the
+    chosen control in the mind; an intention then takes the agent's steps with no model call. A
+    context without controls skips the rating (nothing it could change)."""
+    sim = Simulation(load_scenario("zombie", n_agents=1), None, encoder, str(tmp_path), SimConfig(use_llm=False))
+    feats = Features(memory=True, reflection=False, planning=False, metacognition=True)
+    controls = [Action("keep", "keep going with my current plan"), Action("move", "go to the Bunker", "Bunker"),
+                Action("seek", "find Ben (last seen at the Cafe) and ask for help", "Ben", "talk")]
+    ada = GenerativeAgent("Ada", "Ada is a nurse.", "calm", "survive", "survivor", (3, 12), feats,
+                          AgentConfig(progress_every=2, progress_threshold=11))
+    llm.reset()
+    ctx = _ctx(2, sim.places)
+    ctx.controls = controls
+    d = ada.think(ctx, llm, sim.memory)
+    kinds = [k for k, _ in d.events]
+    assert d.metacognized and kinds[:2] == ["progress", "meta"] and "control" in kinds
+    assert "strategy" not in kinds and "goal" not in kinds  # no prose rewritten
+    assert llm.cost.by_purpose["meta"] == 2  # the answer and the choice
+    chosen = next(t for k, t in d.events if k == "control")
+    pick = next(c for c in controls if chosen == f"{c.kind}: {c.label}")
+    assert any(m.kind == "meta" and f"decided to {pick.label}" in m.text for m in d.memories)
+    if pick.kind == "move":
+        assert d.mind.target == "Bunker" and d.mind.seek is None
+    elif pick.kind == "seek":
+        assert (d.mind.seek, d.mind.seek_for) == ("Ben", "talk") and d.action.kind == "seek"
+    # an intention: the next step's action is the simulation's, no action choice is asked of the model
+    ada.apply(d, 2)
+    ada.mind.seek, ada.mind.seek_for, ada.mind.seek_since = "Ben", "talk", 2
+    before = llm.cost.calls
+    d2 = ada.think(_ctx(3, sim.places), llm, sim.memory)
+    assert d2.action == Action("seek", "look for Ben", "Ben", "talk") and llm.cost.calls == before
+    # nothing to control: the rating is skipped
+    ada.mind.seek = None
+    d3 = ada.think(_ctx(4, sim.places), llm, sim.memory)
+    assert ("progress_skipped", "no control option to change") in d3.events and not d3.metacognized
     sim.close()
 
 

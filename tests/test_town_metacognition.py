@@ -36,7 +36,9 @@ def _ctx(step: int, places: list[str], notices: list[str]) -> StepContext:
     return StepContext(step=step, now=step * 10.0, clock=f"08:{step:02d}", place="Park",
                        premise="A zombie apocalypse has started in town.", notices=notices, memories=[],
                        options=[Action("stay", "stay where I am"), Action("move", "go to the Bunker", "Bunker")],
-                       places=places, meta_questions=["Where should I go for safety?"])
+                       places=places, meta_questions=["Where should I go for safety?"],
+                       controls=[Action("keep", "keep going with my current plan"),
+                                 Action("move", "go to the Bunker", "Bunker")])
 
 
 FEATS = Features(memory=False, reflection=False, planning=False, metacognition=True)
@@ -59,7 +61,8 @@ def test_a_rating_with_nothing_new_is_skipped(llm, sim):
 
 def test_what_meta_cognize_changed_is_counted(llm, sim):
     ada = sim.agents[0]
-    ada.features, ada.config = FEATS, AgentConfig(progress_every=2, progress_threshold=11)  # always below
+    ada.features, ada.config = FEATS, AgentConfig(progress_every=2, progress_threshold=11,  # always below
+                                                  meta_mode="prose")
     ada.mind.goal, ada.mind.target = "", None
     d = ada.think(_ctx(2, sim.places, ["2 zombies near the Park"]), llm, None)
     assert d.metacognized

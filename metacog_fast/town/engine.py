@@ -25,6 +25,7 @@ import os
 import random
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,12 @@ class SimConfig:
     """Batch all agents' embeddings and retrievals of a step (False: per agent, the baseline)."""
     use_llm: bool = True
     """False: no thinking phase (agents follow plans) - measures the simulation without the LLM."""
+    max_seek: int = 3
+    """Most people a control-mode ``meta_cognize`` offers to seek out (most recently seen first)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_seek, int) or isinstance(self.max_seek, bool) or self.max_seek < 0:
+            raise ValueError(f"max_seek: expected an integer >= 0, got {self.max_seek!r}")
 
 
 @dataclass
@@ -151,6 +158,10 @@ class Simulation:
         self.accusations: list[tuple[int, str, str]] = []
         self.kills: list[tuple[int, str, str]] = []
         self.last_kill_step = -10**9
+        self.intentions: Counter[str] = Counter()
+        """Outcomes of the seeking intentions: found, lost, and what finding did (invited, facts told)."""
+        for a in self.agents:  # a small town: everybody knows where everybody starts the day
+            a.last_seen = {b.name: (self.place_of(b.pos), 0, b.pos) for b in self.agents if b is not a}
         if rules["type"] == "party":
             host = self.by_name[rules["host"]]
             host.knows.add("party")
@@ -248,7 +259,9 @@ class Simulation:
             for j in np.flatnonzero(see_agents[i]):
                 if j != i:
                     b = alive[j]
-                    lines.append(f"{b.name} is at the {self.place_of(b.pos)}")
+                    where = self.place_of(b.pos)
+                    lines.append(f"{b.name} is at the {where}")
+                    a.last_seen[b.name] = (where, self.step_no, b.pos)
             if see_z is not None:
                 zs = np.flatnonzero(see_z[i])
                 if len(zs):
@@ -450,7 +463,38 @@ class Simulation:
             notices=_dedupe(notices + stm)[:8], memories=memories, options=self.options(a, notices),
             places=self.places, meta_questions=self.sc.meta_questions or ["How can I make progress toward my goal?"],
             listener_heads={b.name: heads[b.name] for b in self._agents_near(a, self.sc.perception_range)},
+            controls=self.controls(a) if self.cfg.features.metacognition and self.cfg.agent.meta_mode == "control" else [],
         )
+
+    def controls(self, a: GenerativeAgent) -> list[Action]:
+        """What ``meta_cognize`` may choose in control mode: keep the plan; seek out up to
+        ``max_seek`` living people whose whereabouts ``a`` knows (most recently seen first, then nearest), with the
+        purpose the scenario gives them (the party's host and guests who know it: invite the
+        uninvited; the murderer: approach; everyone else: ask for help); go to the scenario's place
+        (the party for who knows it, the zombie-free places); go to the two nearest other places."""
+        rules = self.sc.rules
+        here = self.place_of(a.pos)
+        out = [Action("keep", "keep going with my current plan")]
+        party = rules["type"] == "party" and mech.PARTY in a.knows and mech.party_phase(self.step_no, rules) != "after"
+        known = sorted((b for b in self.agents if b is not a and b.alive and b.name in a.last_seen),
+                       key=lambda b: (-a.last_seen[b.name][1], mech.distance(a.pos, a.last_seen[b.name][2]), b.name))
+        for b in known[: self.cfg.max_seek]:
+            where = a.last_seen[b.name][0]
+            if party and b.name != rules["host"] and b.name not in self.invited:
+                out.append(Action("seek", f"find {b.name} (last seen at the {where}) and invite them to the Christmas party",
+                                  b.name, "invite"))
+            elif rules["type"] == "mystery" and a.role == "murderer":
+                out.append(Action("seek", f"find {b.name} (last seen at the {where})", b.name, "approach"))
+            else:
+                out.append(Action("seek", f"find {b.name} (last seen at the {where}) and ask for help", b.name, "talk"))
+        goal_places = [rules["location"]] if party else list(rules.get("zombie_free", []))
+        for p in goal_places:
+            if p != here:
+                out.append(Action("move", f"go to the {p}" + (" for the Christmas party" if party else ""), p))
+        others = sorted((p for p in self.places if p not in (here, a.mind.target) and p not in goal_places),
+                        key=lambda p: abs(self.world.location_field(p)[a.pos[1], a.pos[0]]))
+        out += [Action("move", f"go to the {p}", p) for p in others[:2]]
+        return out
 
     def _think_job(self, a: GenerativeAgent, ctx: StepContext, cancel: threading.Event) -> Decision:
         assert self.llm is not None
@@ -478,9 +522,15 @@ class Simulation:
                 act = d.action
                 for kind, text in d.events:
                     events.append({"agent": a.name, "kind": kind, "text": text})
+            pursued = a.mind.seek is not None
+            if pursued:
+                act = self._pursue(a, events)
             a.action = act
             occupied.discard(a.pos)
+            invited = len(self.invited)
             self._execute(a, act, d, events)
+            if pursued:
+                self.intentions["invited"] += len(self.invited) - invited
             occupied.add(a.pos)
         return events
 
@@ -510,6 +560,15 @@ class Simulation:
                 self._share(a, self.by_name[act.target], events)
         elif act.kind == "invite" and act.target in self.by_name:
             self._invite(a, self.by_name[act.target], events)
+        elif act.kind == "ask" and act.target in self.by_name and self.by_name[act.target].alive:
+            b = self.by_name[act.target]
+            text = f"{a.name} asked {b.name} for help with: {a.mind.goal or 'the day'}"
+            for who in (a, b):
+                self.pending.append(PendingMemory(who.name, text, "conversation", place))
+            events.append({"agent": a.name, "kind": "talk", "text": text})
+            n = len(events)
+            self._share(a, b, events)
+            self.intentions["facts_shared"] += sum(e["kind"] in ("tell", "invite") for e in events[n:])
         elif act.kind == "attack" and act.target in self.by_name:
             v = self.by_name[act.target]
             if v.alive:
@@ -527,6 +586,40 @@ class Simulation:
             witnesses = [b.name for b in self._agents_near(a, self.sc.perception_range)]
             self.events_prev.append((f"{a.name} accused {act.target} of murder", witnesses))
             events.append({"agent": a.name, "kind": "accuse", "text": f"{a.name} accused {act.target}"})
+
+    def _pursue(self, a: GenerativeAgent, events: list[dict[str, Any]]) -> Action:
+        """One step of ``a``'s seeking intention, with no model call: walk toward the cell where the
+        person was last seen; once they are in sight, the purpose's action (invite, ask for help,
+        follow) and the intention ends (found); at that cell with nobody there, or the person dead,
+        it ends (lost)."""
+        m = a.mind
+        name, purpose = m.seek or "", m.seek_for
+
+        def end(outcome: str, text: str) -> None:
+            a.ended.add((name, m.seek_since))
+            m.seek, m.seek_for = None, ""
+            self.intentions[outcome] += 1
+            events.append({"agent": a.name, "kind": f"seek_{outcome}", "text": text})
+
+        b = self.by_name.get(name)
+        if b is None or not b.alive:
+            end("lost", f"{a.name} stopped looking for {name}: {name} is dead")
+            return Action("stay", "stay where I am")
+        r = self.sc.perception_range
+        if (b.pos[0] - a.pos[0]) ** 2 + (b.pos[1] - a.pos[1]) ** 2 <= r * r:
+            end("found", f"{a.name} found {name} at the {self.place_of(b.pos)}")
+            if purpose == "invite" and mech.PARTY in a.knows:
+                return Action("invite", f"invite {name} to the Christmas party", name)
+            if purpose == "approach":
+                return Action("follow", f"follow {name}", name)
+            return Action("ask", f"ask {name} for help", name)
+        where, _, cell = a.last_seen.get(name, ("", 0, a.pos))
+        if mech.distance(a.pos, cell) <= 1.5:
+            a.last_seen.pop(name, None)
+            end("lost", f"{a.name} did not find {name} at the {where}")
+            return Action("stay", "stay where I am")
+        a.pos = mech.follow_step(self.world, a.pos, cell, self.sc.agent_speed)
+        return Action("seek", f"look for {name} at the {where}", name, purpose)
 
     def _share(self, a: GenerativeAgent, b: GenerativeAgent, events: list[dict[str, Any]]) -> None:
         """Two agents talked: each learns what the other knows (the party as an invitation,
@@ -660,15 +753,21 @@ class Simulation:
 
     def meta_counts(self) -> dict[str, int]:
         """What the metacognitive decisions did: progress ratings made and skipped (nothing new
-        since the last), meta_cognize runs, and how many of them changed the goal, the target
-        (where the agent walks) or the strategy, or nothing."""
+        since the last, or nothing a control could change), meta_cognize runs, how many of them
+        changed the goal, the target (where the agent walks), the strategy, the person sought or
+        the purpose, or nothing; the control options chosen by kind (keep, move, seek); and what the
+        seeking intentions came to (found, lost, invitations made, facts passed on when found)."""
         ev = [e for a in self.agents for e in a.timeline]
         changed = [e["text"] for e in ev if e["kind"] == "meta_changed"]
+        chosen = [e["text"].split(":", 1)[0] for e in ev if e["kind"] == "control"]
         return {"ratings": sum(e["kind"] == "progress" for e in ev),
                 "ratings_skipped": sum(e["kind"] == "progress_skipped" for e in ev),
                 "meta_cognize": len(changed),
-                **{f"changed_{k}": sum(k in c.split(", ") for c in changed) for k in ("goal", "target", "strategy")},
-                "changed_nothing": sum(c == "nothing" for c in changed)}
+                **{f"changed_{k}": sum(k in c.split(", ") for c in changed)
+                   for k in ("goal", "target", "strategy", "seek", "purpose")},
+                "changed_nothing": sum(c == "nothing" for c in changed),
+                **{f"control_{k}": chosen.count(k) for k in ("keep", "move", "seek")},
+                **{f"seek_{k}": self.intentions[k] for k in ("found", "lost", "invited", "facts_shared")}}
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -16,11 +16,16 @@ Inside ``think``, in order, each behind its feature flag:
 - the choice of one action from the options, which include ``meta_cognize``;
 - for ``talk``: one line and the other agent's reply (a conversation).
 
-``meta_cognize``: the agent writes a new introspective question (different from
-the last ones; when the model repeats itself, the next unused seed question of the
-scenario is taken), adds one seed question, answers both from memories retrieved
-for each question, stores question+answer as ``meta`` memories, then decides to
-keep or change its goal, writes a strategy and picks the place that fits it.
+``meta_cognize`` acts through control by default (``AgentConfig.meta_mode="control"``): the agent
+answers the scenario's next seed question from the memories retrieved for it (a ``meta`` memory),
+then chooses one of the control options the simulation offers (``StepContext.controls``): keep its
+plan, go to a place, or seek out a person it knows the whereabouts of, to ask for help, to invite
+them or to approach them. Seeking is an intention the simulation carries out without further model
+calls (walk to where the person was last seen, act when they are in sight, give up when they are
+not there); while it lasts the agent makes no action choice. The prose mode (``"prose"``, paper
+001's wording): a new introspective question (different from the last ones; when the model repeats
+itself, the next unused seed question is taken) and one seed question answered from memory, then
+keep or change the goal, a strategy sentence and the place that fits it.
 """
 from __future__ import annotations
 
@@ -53,6 +58,10 @@ class Features:
 
 
 CHOICES = ("text", "letter")
+META_MODES = ("control", "prose")
+SEEK_PURPOSES = ("talk", "invite", "approach")
+"""Why an agent seeks someone out: to ask for help (a conversation that shares what both know),
+to invite them to the party, or to approach them (the murderer's follow / attack options follow)."""
 
 
 class AgentLLM(Protocol):
@@ -106,9 +115,16 @@ class AgentConfig:
     ``"letter"`` scores the letters of a lettered list (the original prompt). A 135M model's letter
     choice is blind to content: it takes the same slot whatever the slot holds (docs/sim.md)."""
 
+    meta_mode: str = "control"
+    """What ``meta_cognize`` changes: ``"control"`` picks one of the simulation's control options
+    (keep the plan, go to a place, seek out a person; module docstring); ``"prose"`` rewrites the
+    goal and strategy sentences and picks a place for them (paper 001's wording)."""
+
     def __post_init__(self) -> None:
         if self.choice not in CHOICES:
             raise ValueError(f"choice: expected one of {', '.join(CHOICES)}, got {self.choice!r}")
+        if self.meta_mode not in META_MODES:
+            raise ValueError(f"meta_mode: expected one of {', '.join(META_MODES)}, got {self.meta_mode!r}")
 
 
 @dataclass(frozen=True)
@@ -116,11 +132,14 @@ class Action:
     """One option of the action list."""
 
     kind: str
-    """continue, stay, move, talk, use, flee, meta_cognize, attack, follow, accuse, invite."""
+    """continue, stay, move, talk, use, flee, meta_cognize, attack, follow, accuse, invite; the
+    simulation's own: ask (a sought person asked for help); control options: keep, move, seek."""
     label: str
     """Text shown to the LLM, e.g. ``"move to the Bunker"``."""
     target: str | None = None
     """Place, agent or object the action refers to."""
+    purpose: str | None = None
+    """For ``seek``: why (one of ``SEEK_PURPOSES``)."""
 
 
 @dataclass
@@ -146,6 +165,12 @@ class Mind:
     rated_on: str = ""
     """What the last progress rating saw (goal, target, recent memories): a rating that would see
     the same is skipped, since it cannot come out differently or change anything."""
+    seek: str | None = None
+    """The person this agent is seeking out (an intention from ``meta_cognize``), or None."""
+    seek_for: str = ""
+    """Why (``SEEK_PURPOSES``)."""
+    seek_since: int = -1
+    """The step the intention was formed (with ``seek``, its identity)."""
 
 
 @dataclass
@@ -169,6 +194,9 @@ class StepContext:
     """Scenario seed questions."""
     listener_heads: dict[str, str] = field(default_factory=dict)
     """Prompt header of each agent this one may talk to (for the reply)."""
+    controls: list[Action] = field(default_factory=list)
+    """What ``meta_cognize`` may change in control mode: the first keeps the plan, then ``move``
+    (a place) and ``seek`` (a person, with its purpose) options."""
 
 
 @dataclass
@@ -205,6 +233,11 @@ class GenerativeAgent:
         self.action: Action = Action("stay", "stay where I am")
         self.knows: set[str] = set()
         """Scenario facts the agent knows (e.g. ``"party"``)."""
+        self.last_seen: dict[str, tuple[str, int, tuple[int, int]]] = {}
+        """name -> (place, step, cell) where this agent last saw each other agent (or knew them to be)."""
+        self.ended: set[tuple[str, int]] = set()
+        """(seek, seek_since) of intentions the simulation ended; a decision formed before the end
+        (the game loop's decisions arrive later) does not revive them."""
 
     # ------------------------------------------------------------------ helpers
     def head(self, premise: str, mind: Mind | None = None) -> str:
@@ -214,6 +247,8 @@ class GenerativeAgent:
     def apply(self, d: Decision, step: int) -> None:
         """Adopt a decision that arrived in time."""
         self.mind = d.mind
+        if self.mind.seek is not None and (self.mind.seek, self.mind.seek_since) in self.ended:
+            self.mind.seek = None
         self.action = d.action
         for kind, text in d.events:
             self.timeline.append({"step": step, "kind": kind, "text": text})
@@ -228,7 +263,9 @@ class GenerativeAgent:
         mem = memory if f.memory else None
         if f.metacognition and ctx.step > 0 and ctx.step % c.progress_every == 0:
             seen = self._rating_inputs(ctx, mind)
-            if seen == mind.rated_on:
+            if c.meta_mode == "control" and len(ctx.controls) < 2:
+                d.events.append(("progress_skipped", "no control option to change"))
+            elif seen == mind.rated_on:
                 d.events.append(("progress_skipped", "nothing new since the last rating"))
             else:
                 mind.rated_on = seen
@@ -237,8 +274,11 @@ class GenerativeAgent:
                     self.meta_cognize(ctx, llm, mem, mind, d, cancel)
         if f.reflection and mem is not None and mind.importance_acc >= c.reflect_threshold:
             self.reflect(ctx, llm, mind, d, cancel)
-        if f.planning and not mind.plan:
+        if f.planning and not mind.plan and mind.seek is None:
             self.make_plan(ctx, llm, mind, d, cancel)
+        if mind.seek is not None:  # an intention: the simulation walks and acts, no choice to make
+            d.action = Action("seek", f"look for {mind.seek}", mind.seek, mind.seek_for)
+            return d
         opts = ctx.options[: c.max_options]
         if not f.metacognition:
             opts = [o for o in opts if o.kind != "meta_cognize"]
@@ -252,6 +292,8 @@ class GenerativeAgent:
         if d.action.kind == "meta_cognize":
             if not d.metacognized:
                 self.meta_cognize(ctx, llm, mem, mind, d, cancel)
+            if mind.seek is not None:
+                d.action = Action("seek", f"look for {mind.seek}", mind.seek, mind.seek_for)
         elif d.action.kind == "talk" and d.action.target in ctx.listener_heads:
             self.converse(ctx, llm, d.action.target, head, d, cancel)
         return d
@@ -277,7 +319,47 @@ class GenerativeAgent:
 
     def meta_cognize(self, ctx: StepContext, llm: AgentLLM, mem: MemoryStream | None, mind: Mind, d: Decision,
                      cancel: threading.Event | None) -> None:
-        """Introspective questions answered from memory; goal and strategy revision."""
+        """Introspection, then a change of what the agent does (``AgentConfig.meta_mode``)."""
+        if self.config.meta_mode == "control" and ctx.controls:
+            self._meta_control(ctx, llm, mem, mind, d, cancel)
+        else:
+            self._meta_prose(ctx, llm, mem, mind, d, cancel)
+
+    def _meta_control(self, ctx: StepContext, llm: AgentLLM, mem: MemoryStream | None, mind: Mind, d: Decision,
+                      cancel: threading.Event | None) -> None:
+        """One seed question answered from memory, then one of ``ctx.controls`` chosen by its words."""
+        d.metacognized = True
+        before = (mind.target, mind.seek, mind.seek_for)
+        head = self.head(ctx.premise, mind)
+        seeds = ctx.meta_questions
+        q = seeds[mind.seed_next % len(seeds)]
+        mind.seed_next += 1
+        recalled = mem.retrieve_text(self.name, [q], self.config.retrieve_k, ctx.now)[0] if mem else ctx.notices[:5]
+        a = llm.text(P.answer(head, self.name, q, recalled), "meta", max_tokens=self.config.answer_tokens, cancel=cancel)
+        mind.asked.append(q)
+        d.memories.append(PendingMemory(self.name, f"{self.name} asked themself: {q} Answer: {a or '(no answer)'}",
+                                        "meta", ctx.place))
+        d.events.append(("meta", f"{q} -> {a}"))
+        opts = ctx.controls
+        labels = [o.label for o in opts]
+        thought = f"{q} {a}".strip()
+        j = self._pick(llm, "meta", cancel, labels,
+                       lambda ls: P.control_text(head, self.name, ctx.place, thought, ls),
+                       lambda ls: P.control(head, self.name, ctx.place, thought, ls))
+        chosen = opts[j]
+        if chosen.kind == "move":
+            mind.target, mind.seek, mind.seek_for = chosen.target, None, ""
+        elif chosen.kind == "seek":
+            mind.seek, mind.seek_for, mind.seek_since = chosen.target, chosen.purpose or "talk", ctx.step
+        d.events.append(("control", f"{chosen.kind}: {chosen.label}"))
+        changed = [n for n, b, x in zip(("target", "seek", "purpose"), before, (mind.target, mind.seek, mind.seek_for))
+                   if b != x]
+        d.events.append(("meta_changed", ", ".join(changed) if changed else "nothing"))
+        d.memories.append(PendingMemory(self.name, f"{self.name} decided to {chosen.label}", "meta", ctx.place))
+
+    def _meta_prose(self, ctx: StepContext, llm: AgentLLM, mem: MemoryStream | None, mind: Mind, d: Decision,
+                    cancel: threading.Event | None) -> None:
+        """Introspective questions answered from memory; goal and strategy revision (paper 001)."""
         d.metacognized = True
         before = (mind.goal, mind.target, mind.strategy)
         head = self.head(ctx.premise, mind)

@@ -90,6 +90,17 @@ def place_for(head: str, name: str, purpose: str, places: list[str]) -> str:
     return f"{head}Places in town:\n{lettered(places)}\n{purpose}\nThe best place for {name} is option"
 
 
+def control(head: str, name: str, place: str, thought: str, options: list[str]) -> str:
+    return (f"{head}{name} is at {place} and thinks: {thought}\nWhat {name} could do now:\n{lettered(options)}\n"
+            f"The best option for {name} is option")
+
+
+def control_text(head: str, name: str, place: str, thought: str, options: list[str]) -> str:
+    """The control choice of ``meta_cognize`` whose continuation is the chosen option's own words."""
+    return (f"{head}{name} is at {place} and thinks: {thought}\nWhat {name} could do now:\n{bullets(options)}\n"
+            f"{name} decides to")
+
+
 def reflection(head: str, name: str, memories: list[str]) -> str:
     return (f"{head}Memories of {name}:\n{bullets(memories)}\n"
             f"One high-level insight {name} can infer from these memories:\nInsight:")

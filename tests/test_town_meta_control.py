@@ -1,0 +1,177 @@
+"""Metacognition through control (issue 53, item 2): ``meta_cognize`` chooses among control options
+the simulation builds (keep the plan, go to a place, seek out a person for a purpose), and a seeking
+intention is carried out by the simulation without model calls: walk to where the person was last
+seen, act when they are in sight (invite, ask for help, follow), give up when they are not there.
+Real world, scenarios and MiniLM encoder; the choice itself is the model's (tests/test_sim_agent.py),
+here the decisions are given."""
+from __future__ import annotations
+
+import pytest
+
+from metacog_fast.town import load_scenario
+from metacog_fast.town import mechanics as mech
+from metacog_fast.town.engine import SimConfig, Simulation
+from metacog_fast.town.generative import Action, AgentConfig, Decision
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    from metacog_fast.scoring.encoder import MiniLMEncoder
+
+    return MiniLMEncoder()
+
+
+@pytest.fixture
+def make(tmp_path, encoder):
+    sims = []
+
+    def build(name: str, n: int = 5, **kw) -> Simulation:
+        sim = Simulation(load_scenario(name, n_agents=n, seed=0), None, encoder,
+                         str(tmp_path / f"{name}{len(sims)}"), SimConfig(use_llm=False, **kw))
+        sims.append(sim)
+        return sim
+    yield build
+    for s in sims:
+        s.close()
+
+
+def seek(sim: Simulation, name: str, who: str, purpose: str) -> None:
+    m = sim.by_name[name].mind
+    m.seek, m.seek_for, m.seek_since = who, purpose, sim.step_no
+
+
+def tick(sim: Simulation, decisions: dict[str, Decision] | None = None) -> list[dict]:
+    """One step without a thinking phase: agents without a decision keep their plan."""
+    sim.perceive()
+    events = sim.act(decisions or {})
+    sim.finish_step(events)
+    return events
+
+
+def far_apart(sim: Simulation, fixed: dict[str, str]) -> None:
+    """Put the agents named in ``fixed`` in their places and everyone else in the Library."""
+    for a in sim.agents:
+        a.pos = sim.world.cells_of(fixed.get(a.name, "Library"))[0]
+    for a in sim.agents:  # what everyone knows of the others' whereabouts now
+        a.last_seen = {b.name: (sim.place_of(b.pos), 0, b.pos) for b in sim.agents if b is not a}
+
+
+def test_controls_follow_the_scenario_and_the_role(make):
+    party = make("party", max_seek=4)
+    host = party.by_name["Hana"]
+    far_apart(party, {"Hana": "Cafe", "Omar": "Shop", "Lena": "Park"})
+    ctl = party.controls(host)
+    assert ctl[0] == Action("keep", "keep going with my current plan")
+    seeks = [c for c in ctl if c.kind == "seek"]
+    assert len(seeks) == 4 and {c.purpose for c in seeks} == {"invite"}
+    assert any(c.target == "Omar" and "last seen at the Shop" in c.label for c in seeks)
+    assert not any(c.kind == "move" and c.target == "Cafe" for c in ctl)  # she is at the party's place
+    omar = party.by_name["Omar"]
+    assert {c.purpose for c in party.controls(omar) if c.kind == "seek"} == {"talk"}  # knows no party
+    omar.knows.add(mech.PARTY)
+    assert Action("move", "go to the Cafe for the Christmas party", "Cafe") in party.controls(omar)
+
+    mystery = make("mystery")
+    assert {c.purpose for c in mystery.controls(mystery.by_name["Victor"]) if c.kind == "seek"} == {"approach"}
+    assert {c.purpose for c in mystery.controls(mystery.by_name["Iris"]) if c.kind == "seek"} == {"talk"}
+    zombie = make("zombie", max_seek=1)
+    a = zombie.agents[0]
+    a.pos = zombie.world.cells_of("Park")[0]
+    ctl = zombie.controls(a)
+    assert Action("move", "go to the Bunker", "Bunker") in ctl and len([c for c in ctl if c.kind == "seek"]) == 1
+    with pytest.raises(ValueError, match="max_seek"):
+        SimConfig(max_seek=-1)
+
+
+def test_perception_updates_where_others_were_last_seen(make):
+    sim = make("party")
+    far_apart(sim, {"Hana": "Cafe", "Omar": "Shop"})
+    hana, omar = sim.by_name["Hana"], sim.by_name["Omar"]
+    assert hana.last_seen["Omar"][0] == "Shop"
+    omar.pos = (hana.pos[0] + 1, hana.pos[1]) if sim.world.walkable[hana.pos[1], hana.pos[0] + 1] else hana.pos
+    sim.step_no = 3
+    sim.perceive()
+    assert hana.last_seen["Omar"] == (sim.place_of(omar.pos), 3, omar.pos)
+
+
+def test_the_host_seeks_out_a_guest_and_invites_them_without_a_model(make):
+    """Without the intention the host keeps to the Cafe and the guest never hears of the party;
+    with it she walks to the Shop, invites Omar on sight, and the intention ends (found)."""
+    sim = make("party")
+    far_apart(sim, {"Hana": "Cafe", "Omar": "Shop"})
+    for _ in range(12):
+        tick(sim)
+    assert "Omar" not in sim.invited
+
+    sim = make("party")
+    far_apart(sim, {"Hana": "Cafe", "Omar": "Shop"})
+    seek(sim, "Hana", "Omar", "invite")
+    events = []
+    for _ in range(12):
+        events += tick(sim)
+        if sim.by_name["Hana"].mind.seek is None:
+            break
+    assert "Omar" in sim.invited and mech.PARTY in sim.by_name["Omar"].knows
+    assert any(e["kind"] == "seek_found" for e in events) and any(e["kind"] == "invite" for e in events)
+    assert sim.by_name["Hana"].action.kind == "invite"
+    counts = sim.meta_counts()
+    assert counts["seek_found"] == 1 and counts["seek_invited"] == 1 and counts["seek_lost"] == 0
+
+
+def test_asking_for_help_passes_on_what_the_other_knows(make):
+    sim = make("party")
+    far_apart(sim, {"Hana": "Cafe", "Omar": "Shop"})
+    seek(sim, "Omar", "Hana", "talk")
+    for _ in range(12):
+        tick(sim)
+        if sim.by_name["Omar"].mind.seek is None:
+            break
+    omar = sim.by_name["Omar"]
+    assert mech.PARTY in omar.knows and omar.action == Action("ask", "ask Hana for help", "Hana")
+    assert sim.intentions["facts_shared"] >= 1
+    assert any(m.agent == "Hana" and "asked Hana for help" in m.text for m in sim.pending)
+
+
+def test_an_intention_ends_lost_where_the_person_is_gone_and_is_not_revived(make):
+    sim = make("party")
+    far_apart(sim, {"Hana": "Cafe", "Omar": "Shop"})
+    hana = sim.by_name["Hana"]
+    stale = hana.last_seen["Omar"]
+    sim.by_name["Omar"].pos = sim.world.cells_of("Library")[0]  # left the Shop; Hana still thinks he is there
+    hana.last_seen["Omar"] = stale
+    seek(sim, "Hana", "Omar", "invite")
+    formed = hana.mind.seek_since
+    late = Decision(action=Action("seek", "look for Omar", "Omar", "invite"), mind=hana.mind.__class__(
+        **{**hana.mind.__dict__, "progress": [], "asked": []}))
+    for _ in range(15):
+        tick(sim)
+        if hana.mind.seek is None:
+            break
+    assert sim.intentions["lost"] == 1 and "Omar" not in hana.last_seen and "Omar" not in sim.invited
+    assert hana.action == Action("stay", "stay where I am")
+    # a decision the game loop formed before the end arrives now: the ended intention stays ended
+    assert late.mind.seek == "Omar" and late.mind.seek_since == formed
+    tick(sim, {"Hana": late})
+    assert hana.mind.seek is None
+
+
+def test_the_murderer_approaches_and_is_then_offered_the_attack(make):
+    sim = make("mystery")
+    far_apart(sim, {"Victor": "Shop", "Gus": "Cafe"})
+    seek(sim, "Victor", "Gus", "approach")
+    for _ in range(20):
+        tick(sim)
+        if sim.by_name["Victor"].mind.seek is None:
+            break
+    assert sim.intentions["found"] == 1 and sim.by_name["Victor"].action.kind == "follow"
+    sim.step_no = max(sim.step_no, sim.sc.rules["kill_cooldown"])
+    for _ in range(4):
+        if any(o.kind == "attack" for o in sim.options(sim.by_name["Victor"], [])):
+            break
+        tick(sim, {"Victor": Decision(action=Action("follow", "follow Gus", "Gus"), mind=sim.by_name["Victor"].mind)})
+    assert any(o.kind == "attack" for o in sim.options(sim.by_name["Victor"], []))
+
+
+def test_meta_mode_is_checked():
+    with pytest.raises(ValueError, match="meta_mode"):
+        AgentConfig(meta_mode="poetry")
