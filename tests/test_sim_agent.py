@@ -77,7 +77,7 @@ def test_progress_rating_below_threshold_triggers_meta_cognize(tmp_path, llm, en
     sim.close()
 
 
-def test_control_meta_cognize_changes_what_the_agent_does_in_two_calls(tmp_path, llm, encoder):
+def test_control_meta_cognize_changes_what_the_agent_does_in_three_calls(tmp_path, llm, encoder):
     """Control mode: one seed question answered from memory, one choice among the controls, and the
     chosen control in the mind; an intention then takes the agent's steps with no model call. A
     context without controls skips the rating (nothing it could change)."""
@@ -94,7 +94,8 @@ def test_control_meta_cognize_changes_what_the_agent_does_in_two_calls(tmp_path,
     kinds = [k for k, _ in d.events]
     assert d.metacognized and kinds[:2] == ["progress", "meta"] and "control" in kinds
     assert "strategy" not in kinds and "goal" not in kinds  # no prose rewritten
-    assert llm.cost.by_purpose["meta"] == 2  # the answer and the choice
+    assert llm.cost.by_purpose["meta"] == 3  # the answer, the choice, the options' bare likelihoods
+    assert list(ada._bare_lp) == [tuple(c.label for c in controls)]
     chosen = next(t for k, t in d.events if k == "control")
     pick = next(c for c in controls if chosen == f"{c.kind}: {c.label}")
     assert any(m.kind == "meta" and f"decided to {pick.label}" in m.text for m in d.memories)

@@ -235,6 +235,8 @@ class GenerativeAgent:
         """Scenario facts the agent knows (e.g. ``"party"``)."""
         self.last_seen: dict[str, tuple[str, int, tuple[int, int]]] = {}
         """name -> (place, step, cell) where this agent last saw each other agent (or knew them to be)."""
+        self._bare_lp: dict[tuple[str, ...], list[float]] = {}
+        """Log-likelihood of each control option in its list without the situation (``_pick_pmi``)."""
         self.ended: set[tuple[str, int]] = set()
         """(seek, seek_since) of intentions the simulation ended; a decision formed before the end
         (the game loop's decisions arrive later) does not revive them."""
@@ -343,9 +345,11 @@ class GenerativeAgent:
         opts = ctx.controls
         labels = [o.label for o in opts]
         thought = f"{q} {a}".strip()
-        j = self._pick(llm, "meta", cancel, labels,
-                       lambda ls: P.control_text(head, self.name, ctx.place, thought, ls),
-                       lambda ls: P.control(head, self.name, ctx.place, thought, ls))
+        if self.config.choice == "letter":
+            j = llm.choose(P.control(head, self.name, ctx.place, thought, labels), P.letter_options(len(labels)),
+                           "meta", cancel)
+        else:
+            j = self._pick_pmi(llm, cancel, P.control_text(head, self.name, ctx.place, thought, labels), labels)
         chosen = opts[j]
         if chosen.kind == "move":
             mind.target, mind.seek, mind.seek_for = chosen.target, None, ""
@@ -356,6 +360,23 @@ class GenerativeAgent:
                    if b != x]
         d.events.append(("meta_changed", ", ".join(changed) if changed else "nothing"))
         d.memories.append(PendingMemory(self.name, f"{self.name} decided to {chosen.label}", "meta", ctx.place))
+
+    def _pick_pmi(self, llm: AgentLLM, cancel: threading.Event | None, prompt: str, labels: list[str]) -> int:
+        """Index of the option whose words the agent's situation makes most likely *relative to*
+        their likelihood in the same list without the situation (``P.control_bare``: no persona,
+        place or thought): domain-conditional PMI (Holtzman et al., "Surface Form Competition: Why
+        the Highest Probability Answer Isn't Always Right"). Scored by likelihood per character
+        alone, SmolLM2-135M took "go to the <place>" over every other control in 59 of 59 choices of
+        two party runs (docs/sim.md); against a bare "{name} decides to" without the list, a rare
+        listed place name won by being copied. The bare scores are cached per option list."""
+        words = [f" {o}" for o in labels]
+        lp = list(llm.choice(prompt, words, "meta", cancel).logprobs)
+        key = tuple(labels)
+        if key not in self._bare_lp:
+            self._bare_lp[key] = [float(x) for x in llm.choice(P.control_bare(self.name, labels), words, "meta",
+                                                               cancel).logprobs]
+        bare = self._bare_lp[key]
+        return max(range(len(words)), key=lambda i: lp[i] - bare[i])
 
     def _meta_prose(self, ctx: StepContext, llm: AgentLLM, mem: MemoryStream | None, mind: Mind, d: Decision,
                     cancel: threading.Event | None) -> None:

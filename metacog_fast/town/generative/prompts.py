@@ -101,6 +101,12 @@ def control_text(head: str, name: str, place: str, thought: str, options: list[s
             f"{name} decides to")
 
 
+def control_bare(name: str, options: list[str]) -> str:
+    """The control choice without its situation (who, where, what they think): the baseline of
+    ``_pick_pmi``. The options stay listed, so copying a listed option is in both scores."""
+    return f"What {name} could do now:\n{bullets(options)}\n{name} decides to"
+
+
 def reflection(head: str, name: str, memories: list[str]) -> str:
     return (f"{head}Memories of {name}:\n{bullets(memories)}\n"
             f"One high-level insight {name} can infer from these memories:\nInsight:")
