@@ -65,6 +65,10 @@ def test_controls_follow_the_scenario_and_the_role(make):
     seeks = [c for c in ctl if c.kind == "seek"]
     assert len(seeks) == 4 and {c.purpose for c in seeks} == {"invite"}
     assert Action("seek", "invite Omar to the party", "Omar", "invite") in seeks
+    omar_cell = party.by_name["Omar"].pos
+    party.by_name["Omar"].pos = host.pos  # in sight: reached through the step's options, not sought
+    assert not any(c.target == "Omar" for c in party.controls(host))
+    party.by_name["Omar"].pos = omar_cell
     assert [c for c in ctl if c.kind == "move"] == []  # at the party's place, with a purpose: no other place
     omar = party.by_name["Omar"]
     ctl = party.controls(omar)  # knows no party: asks for help, or goes somewhere near

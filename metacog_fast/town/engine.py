@@ -469,8 +469,10 @@ class Simulation:
     def controls(self, a: GenerativeAgent) -> list[Action]:
         """What ``meta_cognize`` may choose in control mode, in short parallel words: keep the plan;
         go to the scenario's place (the party, for who knows it; the zombie-free places); seek out
-        up to ``max_seek`` living people whose whereabouts ``a`` knows (most recently seen first,
-        then nearest) with the purpose the scenario gives (the host and the guests who know the
+        up to ``max_seek`` living people out of sight whose whereabouts ``a`` knows (most recently
+        seen first, then nearest; whoever is in sight is reached through the step's options: offered
+        as a control, the third party run's agents sought the person next to them every step) with
+        the purpose the scenario gives (the host and the guests who know the
         party: invite the uninvited; the murderer: approach; the detective and everyone else: ask
         for help). Only an agent without a scenario purpose is also offered the two nearest other
         places: the first run offered them to everyone, and the 135M model took "go to the <place>"
@@ -483,7 +485,9 @@ class Simulation:
         for p in goal_places:
             if p != here:
                 out.append(Action("move", f"go to the party at the {p}" if party else f"go to the {p}", p))
-        known = sorted((b for b in self.agents if b is not a and b.alive and b.name in a.last_seen),
+        in_sight = {b.name for b in self._agents_near(a, self.sc.perception_range)}
+        known = sorted((b for b in self.agents if b is not a and b.alive and b.name in a.last_seen
+                        and b.name not in in_sight),
                        key=lambda b: (-a.last_seen[b.name][1], mech.distance(a.pos, a.last_seen[b.name][2]), b.name))
         murderer = rules["type"] == "mystery" and a.role == "murderer"
         detective = rules["type"] == "mystery" and a.role == "detective"
