@@ -109,8 +109,14 @@ def test_control_meta_cognize_changes_what_the_agent_does_in_three_calls(tmp_pat
     before = llm.cost.calls
     d2 = ada.think(_ctx(3, sim.places), llm, sim.memory)
     assert d2.action == Action("seek", "look for Ben", "Ben", "talk") and llm.cost.calls == before
+    # the intention ended (the simulation sets rethink): the next decision chooses again, off the cadence
+    ada.mind.seek, ada.mind.rethink = None, True
+    ctx5 = _ctx(5, sim.places)
+    ctx5.controls = controls
+    d4 = ada.think(ctx5, llm, sim.memory)
+    assert d4.metacognized and [k for k, _ in d4.events][:2] == ["rethink", "meta"] and not d4.mind.rethink
     # nothing to control: the rating is skipped
-    ada.mind.seek = None
+    ada.mind.seek, ada.mind.rethink = None, False
     d3 = ada.think(_ctx(4, sim.places), llm, sim.memory)
     assert ("progress_skipped", "no control option to change") in d3.events and not d3.metacognized
     sim.close()

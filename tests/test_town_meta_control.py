@@ -120,6 +120,7 @@ def test_the_host_seeks_out_a_guest_and_invites_them_without_a_model(make):
     assert "Omar" in sim.invited and mech.PARTY in sim.by_name["Omar"].knows
     assert any(e["kind"] == "seek_found" for e in events) and any(e["kind"] == "invite" for e in events)
     assert sim.by_name["Hana"].action.kind == "invite"
+    assert sim.by_name["Hana"].mind.rethink  # her next decision chooses the next control
     counts = sim.meta_counts()
     assert counts["seek_found"] == 1 and counts["seek_invited"] == 1 and counts["seek_lost"] == 0
 

@@ -601,13 +601,13 @@ class Simulation:
         """One step of ``a``'s seeking intention, with no model call: walk toward the cell where the
         person was last seen; once they are in sight, the purpose's action (invite, ask for help,
         follow) and the intention ends (found); at that cell with nobody there, or the person dead,
-        it ends (lost)."""
+        it ends (lost). Either way the agent's next decision chooses its next control."""
         m = a.mind
         name, purpose = m.seek or "", m.seek_for
 
         def end(outcome: str, text: str) -> None:
             a.ended.add((name, m.seek_since))
-            m.seek, m.seek_for = None, ""
+            m.seek, m.seek_for, m.rethink = None, "", True
             self.intentions[outcome] += 1
             events.append({"agent": a.name, "kind": f"seek_{outcome}", "text": text})
 

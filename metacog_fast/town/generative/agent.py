@@ -22,7 +22,8 @@ then chooses one of the control options the simulation offers (``StepContext.con
 plan, go to a place, or seek out a person it knows the whereabouts of, to ask for help, to invite
 them or to approach them. Seeking is an intention the simulation carries out without further model
 calls (walk to where the person was last seen, act when they are in sight, give up when they are
-not there); while it lasts the agent makes no action choice. The prose mode (``"prose"``, paper
+not there); while it lasts the agent makes no action choice, and when it ends the next decision
+chooses the next control (``Mind.rethink``). The prose mode (``"prose"``, paper
 001's wording): a new introspective question (different from the last ones; when the model repeats
 itself, the next unused seed question is taken) and one seed question answered from memory, then
 keep or change the goal, a strategy sentence and the place that fits it.
@@ -171,6 +172,9 @@ class Mind:
     """Why (``SEEK_PURPOSES``)."""
     seek_since: int = -1
     """The step the intention was formed (with ``seek``, its identity)."""
+    rethink: bool = False
+    """An intention ended (found or lost): the next decision runs ``meta_cognize`` to choose the next
+    control, without waiting for the rating cadence."""
 
 
 @dataclass
@@ -263,7 +267,12 @@ class GenerativeAgent:
         d = Decision(action=Action("continue", "continue"), mind=mind)
         f, c = self.features, self.config
         mem = memory if f.memory else None
-        if f.metacognition and ctx.step > 0 and ctx.step % c.progress_every == 0:
+        if f.metacognition and mind.rethink:
+            mind.rethink = False
+            if c.meta_mode == "control" and len(ctx.controls) >= 2:
+                d.events.append(("rethink", "an intention ended"))
+                self.meta_cognize(ctx, llm, mem, mind, d, cancel)
+        if f.metacognition and ctx.step > 0 and ctx.step % c.progress_every == 0 and not d.metacognized:
             seen = self._rating_inputs(ctx, mind)
             if c.meta_mode == "control" and len(ctx.controls) < 2:
                 d.events.append(("progress_skipped", "no control option to change"))
@@ -329,7 +338,7 @@ class GenerativeAgent:
 
     def _meta_control(self, ctx: StepContext, llm: AgentLLM, mem: MemoryStream | None, mind: Mind, d: Decision,
                       cancel: threading.Event | None) -> None:
-        """One seed question answered from memory, then one of ``ctx.controls`` chosen by its words."""
+        """One seed question answered from memory, then one of ``ctx.controls`` (by :meth:`_pick_pmi`)."""
         d.metacognized = True
         before = (mind.target, mind.seek, mind.seek_for)
         head = self.head(ctx.premise, mind)
