@@ -182,3 +182,30 @@ def test_the_murderer_approaches_and_is_then_offered_the_attack(make):
 def test_meta_mode_is_checked():
     with pytest.raises(ValueError, match="meta_mode"):
         AgentConfig(meta_mode="poetry")
+
+
+def test_informed_attendance_counts_only_guests_who_knew(make, tmp_path):
+    """Plain attendance counts any guest in the Cafe during the party; agents without planning
+    wander in (memory-only runs: 10 of 32 guests present, 1 invitation). Informed attendance counts
+    those who knew of it, in the run's metrics and recomputed from its record the same way."""
+    import json
+
+    from metacog_fast.town.evaluation import informed_attendance
+
+    sim = make("party")
+    ru = sim.sc.rules
+    cafe = sim.world.cells_of(ru["location"])
+    omar, lena = sim.by_name["Omar"], sim.by_name["Lena"]
+    hana = sim.by_name["Hana"]
+    tick(sim, {"Hana": Decision(action=Action("invite", "invite Omar to the Christmas party", "Omar"), mind=hana.mind)})
+    while sim.step_no < ru["start_step"] + 2:
+        if sim.step_no == ru["start_step"]:
+            omar.pos, lena.pos = cafe[0], cafe[1]
+        tick(sim)
+    m = sim.metrics()
+    assert set(m["attendance"]) >= {"Omar", "Lena"} and m["attendance_informed"] == ["Omar"]
+    assert m["attendance_informed_rate"] == pytest.approx(1 / 4)
+    doc = json.loads(open(sim.save()).read())
+    assert informed_attendance(doc) == ["Omar"]
+    with pytest.raises(ValueError, match="party run"):
+        informed_attendance({**doc, "scenario": {**doc["scenario"], "rules": {"type": "zombie"}}})

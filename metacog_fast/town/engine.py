@@ -154,6 +154,8 @@ class Simulation:
                                                              rules["zombie_speed"]),
                                      rules["zombie_free"], rules.get("zombie_start", []), self.rng)
         self.party_attended: set[str] = set()
+        self.party_attended_informed: set[str] = set()
+        """Guests at the party's place in its window who knew of the party then (invited or told)."""
         self.invited: set[str] = set()
         self.accusations: list[tuple[int, str, str]] = []
         self.kills: list[tuple[int, str, str]] = []
@@ -676,6 +678,8 @@ class Simulation:
                 for a in self.agents:
                     if a.alive and self.place_of(a.pos) == ru["location"] and a.name != ru["host"]:
                         self.party_attended.add(a.name)
+                        if mech.PARTY in a.knows:
+                            self.party_attended_informed.add(a.name)
 
     # ------------------------------------------------------------------ step / run
     def _remaining(self) -> float:
@@ -744,6 +748,8 @@ class Simulation:
             guests = [a.name for a in self.agents if a.name != rules["host"]]
             m["attendance"] = sorted(self.party_attended)
             m["attendance_rate"] = len(self.party_attended) / max(1, len(guests))
+            m["attendance_informed"] = sorted(self.party_attended_informed)
+            m["attendance_informed_rate"] = len(self.party_attended_informed) / max(1, len(guests))
             m["invited"] = sorted(self.invited)
         if rules["type"] == "mystery":
             m["murderer"] = rules["murderer"]

@@ -154,7 +154,7 @@ def expected_rating(logprobs: list[float]) -> float:
     return round(sum((i + 1) * wi for i, wi in enumerate(w)) / sum(w), 4)
 
 
-ABLATION_PER_RUN = ("survival_rate", "attendance_rate", "culprit_rate", "culprit_probability", "judge_mean",
+ABLATION_PER_RUN = ("survival_rate", "attendance_rate", "attendance_informed_rate", "culprit_rate", "culprit_probability", "judge_mean",
                     "judge_expected")
 """Per-run values compared between configurations, paired by seed."""
 
@@ -170,11 +170,43 @@ def _rate_counts(m: dict[str, Any]) -> dict[str, tuple[int, int]]:
     out = {"survival": (int(m["alive"]), int(m["agents"]))}
     if "attendance_rate" in m:
         out["attendance"] = (len(m.get("attendance", [])), int(m["agents"]) - 1)
+    if "attendance_informed_rate" in m:
+        out["attendance_informed"] = (len(m.get("attendance_informed", [])), int(m["agents"]) - 1)
     if "culprit" in m:
         out["culprit"] = (len(m["culprit"]["named_culprit"]), int(m["culprit"]["asked"]))
     if "detective_accused_culprit" in m:
         out["detective_accused"] = (int(bool(m["detective_accused_culprit"])), 1)
     return out
+
+
+def informed_attendance(run: dict[str, Any]) -> list[str]:
+    """Guests of a party run (``run.json``) who were at the party's place during its window while
+    knowing of it (invited or told before or at that step), recomputed from the frames and the log:
+    the same as the run's ``metrics["attendance_informed"]``, for records written before it existed.
+    Plain attendance counts any guest in the place, and agents without planning wander in."""
+    rules = run["scenario"]["rules"]
+    if rules.get("type") != "party":
+        raise ValueError(f"run: expected a party run, got rules type {rules.get('type')!r}")
+    loc = next((l for l in run["world"]["locations"] if l["name"] == rules["location"]), None)
+    if loc is None:
+        raise ValueError(f"run: the party's place {rules['location']!r} is not a location of its world")
+    x0, y0, x1, y1 = loc["bounds"]
+    knew = {n: 0 for n in rules.get("invited", [])}
+    for e in run["log"]:
+        if e["kind"] == "invite" and " invited " in e["text"]:
+            guest = e["text"].split(" invited ", 1)[1].split(" to the Christmas party", 1)[0]
+            knew.setdefault(guest, e["step"])
+    s0, dur = rules["start_step"], rules["duration_steps"]
+    out: set[str] = set()
+    for f in run["frames"]:
+        if not s0 <= f["step"] - 1 < s0 + dur:  # frame k holds the positions after step k - 1 acted
+            continue
+        for a in f["agents"]:
+            n = a["name"]
+            if (n != rules["host"] and a["alive"] and x0 <= a["x"] <= x1 and y0 <= a["y"] <= y1
+                    and n in knew and knew[n] <= f["step"]):
+                out.add(n)
+    return sorted(out)
 
 
 def _per_run_value(s: dict[str, Any], key: str) -> float | None:

@@ -16,7 +16,7 @@ from metacog_fast._atomic import atomic_open
 from metacog_fast.town.generative import AgentConfig, Features
 from metacog_fast.runs import ExecutorConfig, Record, RunFolder, SideFile, Task, run_tasks
 from metacog_fast.town.engine import SimConfig, Simulation, write_json
-from metacog_fast.town.evaluation import CRITERIA, culprit_named, expected_rating, interview, judge
+from metacog_fast.town.evaluation import CRITERIA, culprit_named, expected_rating, informed_attendance, interview, judge
 from metacog_fast.town.llm_adapter import SimLLM
 from metacog_fast.town.loader import load_scenario
 from metacog_fast.town.viewer import write_viewer
@@ -200,6 +200,11 @@ def reaggregate(out_dir: str, configs: tuple[str, ...] = DEFAULT_ABLATION) -> di
             d = os.path.join(out_dir, f"{name}_run{i}")
             with open(os.path.join(d, "summary.json"), encoding="utf-8") as f:
                 s = json.load(f)
+            m, run_json = s["metrics"], os.path.join(d, "run.json")
+            if "attendance_rate" in m and "attendance_informed_rate" not in m and os.path.isfile(run_json):
+                with open(run_json, encoding="utf-8") as f:  # a record from before the metric existed
+                    m["attendance_informed"] = informed_attendance(json.load(f))
+                m["attendance_informed_rate"] = len(m["attendance_informed"]) / max(1, int(m["agents"]) - 1)
             ev = os.path.join(d, "evaluation.json")
             if os.path.isfile(ev):
                 with open(ev, encoding="utf-8") as f:
