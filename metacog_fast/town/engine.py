@@ -472,13 +472,12 @@ class Simulation:
         """What ``meta_cognize`` may choose in control mode, in short parallel words: keep the plan;
         go to the scenario's place (the party, for who knows it; the zombie-free places); seek out
         up to ``max_seek`` living people out of sight whose whereabouts ``a`` knows (most recently
-        seen first, then nearest; whoever is in sight is reached through the step's options: offered
-        as a control, the third party run's agents sought the person next to them every step) with
-        the purpose the scenario gives (the host and the guests who know the
-        party: invite the uninvited; the murderer: approach; the detective and everyone else: ask
-        for help). Only an agent without a scenario purpose is also offered the two nearest other
-        places: the first run offered them to everyone, and the 135M model took "go to the <place>"
-        in 29 of 29 choices (results/sim/control/)."""
+        seen first, then nearest) with the purpose the scenario gives (the host and the guests who
+        know the party: invite the uninvited; the murderer: approach; the detective and everyone
+        else: ask for help). Whoever is in sight is reached through the step's options instead
+        (offered as a control, agents sought the person next to them every step). Only an agent
+        without a scenario purpose is also offered the two nearest other places (offered to
+        everyone, they were taken in 29 of 29 choices; docs/sim.md "Metacognition through control")."""
         rules = self.sc.rules
         here = self.place_of(a.pos)
         out = [Action("keep", "keep going with my current plan")]
