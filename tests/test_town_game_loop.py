@@ -131,6 +131,27 @@ def test_without_a_model_agents_follow_their_plans_and_nothing_is_requested(tmp_
         sim.close()
 
 
+def test_a_seeking_intention_is_carried_out_on_the_game_thread(tmp_path, encoder):
+    """A control's intention needs no model: the host walks to where Omar was last seen and invites
+    him on sight, tick by tick, with nothing requested of a decider."""
+    sim = Simulation(load_scenario("party", n_agents=5, seed=0), None, encoder, str(tmp_path), SimConfig(use_llm=False))
+    try:
+        hana, omar = sim.by_name["Hana"], sim.by_name["Omar"]
+        for a in sim.agents:
+            a.pos = sim.world.cells_of("Cafe" if a is hana else "Shop" if a is omar else "Library")[0]
+        hana.last_seen["Omar"] = ("Shop", 0, omar.pos)
+        hana.mind.seek, hana.mind.seek_for, hana.mind.seek_since = "Omar", "invite", 0
+        with GameLoop(sim) as loop:
+            for _ in range(15):
+                loop.tick()
+                if hana.mind.seek is None:
+                    break
+            assert "Omar" in sim.invited and sim.intentions["found"] == 1
+            assert loop.stats()["decisions"] == 0
+    finally:
+        sim.close()
+
+
 def test_arguments_are_checked(tmp_path, encoder):
     with pytest.raises(ValueError, match="decide_every"):
         LoopConfig(decide_every=0)
