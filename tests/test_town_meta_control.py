@@ -6,6 +6,8 @@ Real world, scenarios and MiniLM encoder; the choice itself is the model's (test
 here the decisions are given."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from metacog_fast.town import load_scenario
@@ -45,6 +47,16 @@ def tick(sim: Simulation, decisions: dict[str, Decision] | None = None) -> list[
     sim.perceive()
     events = sim.act(decisions or {})
     sim.finish_step(events)
+    return events
+
+
+def pursue(sim: Simulation, name: str, ticks: int) -> list[dict]:
+    """Tick until ``name``'s intention ends (or ``ticks`` pass); the events of those ticks."""
+    events: list[dict] = []
+    for _ in range(ticks):
+        events += tick(sim)
+        if sim.by_name[name].mind.seek is None:
+            break
     return events
 
 
@@ -112,11 +124,7 @@ def test_the_host_seeks_out_a_guest_and_invites_them_without_a_model(make):
     sim = make("party")
     far_apart(sim, {"Hana": "Cafe", "Omar": "Shop"})
     seek(sim, "Hana", "Omar", "invite")
-    events = []
-    for _ in range(12):
-        events += tick(sim)
-        if sim.by_name["Hana"].mind.seek is None:
-            break
+    events = pursue(sim, "Hana", 12)
     assert "Omar" in sim.invited and mech.PARTY in sim.by_name["Omar"].knows
     assert any(e["kind"] == "seek_found" for e in events) and any(e["kind"] == "invite" for e in events)
     assert sim.by_name["Hana"].action.kind == "invite"
@@ -129,10 +137,7 @@ def test_asking_for_help_passes_on_what_the_other_knows(make):
     sim = make("party")
     far_apart(sim, {"Hana": "Cafe", "Omar": "Shop"})
     seek(sim, "Omar", "Hana", "talk")
-    for _ in range(12):
-        tick(sim)
-        if sim.by_name["Omar"].mind.seek is None:
-            break
+    pursue(sim, "Omar", 12)
     omar = sim.by_name["Omar"]
     assert mech.PARTY in omar.knows and omar.action == Action("ask", "ask Hana for help", "Hana")
     assert sim.intentions["facts_shared"] >= 1
@@ -148,12 +153,8 @@ def test_an_intention_ends_lost_where_the_person_is_gone_and_is_not_revived(make
     hana.last_seen["Omar"] = stale
     seek(sim, "Hana", "Omar", "invite")
     formed = hana.mind.seek_since
-    late = Decision(action=Action("seek", "look for Omar", "Omar", "invite"), mind=hana.mind.__class__(
-        **{**hana.mind.__dict__, "progress": [], "asked": []}))
-    for _ in range(15):
-        tick(sim)
-        if hana.mind.seek is None:
-            break
+    late = Decision(action=Action("seek", "look for Omar", "Omar", "invite"), mind=copy.deepcopy(hana.mind))
+    pursue(sim, "Hana", 15)
     assert sim.intentions["lost"] == 1 and "Omar" not in hana.last_seen and "Omar" not in sim.invited
     assert hana.action == Action("stay", "stay where I am")
     # a decision the game loop formed before the end arrives now: the ended intention stays ended
@@ -166,10 +167,7 @@ def test_the_murderer_approaches_and_is_then_offered_the_attack(make):
     sim = make("mystery")
     far_apart(sim, {"Victor": "Shop", "Gus": "Cafe"})
     seek(sim, "Victor", "Gus", "approach")
-    for _ in range(20):
-        tick(sim)
-        if sim.by_name["Victor"].mind.seek is None:
-            break
+    pursue(sim, "Victor", 20)
     assert sim.intentions["found"] == 1 and sim.by_name["Victor"].action.kind == "follow"
     sim.step_no = max(sim.step_no, sim.sc.rules["kill_cooldown"])
     for _ in range(4):

@@ -2,9 +2,11 @@
 
 For each configuration, summed over its runs: progress ratings (made, skipped), meta_cognize runs and
 rethinks, the controls chosen (keep / move / seek), the seeking intentions' outcomes (found, lost,
-invitations made and facts passed on when found), all invitations, attendance, and the LLM calls and
-seconds. Reads ``<folder>/<config>_run<i>/run.json``; writes ``control_counts.json`` and
-``control_counts.md`` beside this script (or ``--out``).
+invitations made and facts passed on when found), all invitations, attendance (any guest, and
+informed: knowing of the party), and the LLM calls and seconds; informed attendance and the share of
+ended intentions that found their person with Wilson 95 % intervals, pooled over runs. Reads
+``<folder>/<config>_run<i>/run.json``; writes ``control_counts_<folder name>.json`` and ``.md`` beside
+this script (or in ``--out``).
 
     python results/sim/control/control_counts.py runs/sim_control/party
 """
@@ -18,6 +20,8 @@ from pathlib import Path
 
 
 def summarize(folder: Path) -> dict:
+    from metacog_fast.town.evaluation import informed_attendance
+
     per: dict[str, Counter] = defaultdict(Counter)
     for run in sorted(folder.glob("*_run*/run.json")):
         config = re.sub(r"_run\d+$", "", run.parent.name)
@@ -30,21 +34,39 @@ def summarize(folder: Path) -> dict:
         c["rethinks"] += sum(e["kind"] == "rethink" for a in doc["agents"] for e in a["timeline"])
         c["invitations"] += sum(e["kind"] == "invite" for e in doc["log"])
         c["guests"] += max(0, m["agents"] - 1) if "attendance" in m else 0
-        c["attended"] += len(m.get("attendance", []))
+        if "attendance" in m:
+            c["attended"] += len(m["attendance"])
+            c["attended_informed"] += len(informed_attendance(doc))
         c["llm_calls"] += m.get("llm_cost", {}).get("calls", 0)
         c["llm_seconds"] += round(m.get("llm_cost", {}).get("seconds", 0.0))
     if not per:
         raise SystemExit(f"folder: {folder} holds no <config>_run<i>/run.json")
-    return {k: dict(v) for k, v in per.items()}
+    from metacog_fast.metrics import wilson_interval
+
+    out = {}
+    for k, c in per.items():
+        doc: dict = dict(c)
+        for name, ok, n in (("informed_attendance", c["attended_informed"], c["guests"]),
+                            ("found_rate", c["seek_found"], c["seek_found"] + c["seek_lost"])):
+            if n:  # Wilson 95 %, pooled over runs (agents of one run share a town: optimistic)
+                lo, hi = wilson_interval(ok, n)
+                doc[name] = {"rate": ok / n, "low": lo, "high": hi, "successes": ok, "n": n}
+        out[k] = doc
+    return out
 
 
 def markdown(doc: dict) -> str:
     keys = ["runs", "ratings", "ratings_skipped", "meta_cognize", "rethinks", "control_keep", "control_move",
             "control_seek", "seek_found", "seek_lost", "seek_invited", "seek_facts_shared", "invitations",
-            "attended", "guests", "llm_calls", "llm_seconds"]
+            "attended", "attended_informed", "guests", "llm_calls", "llm_seconds"]
     rows = ["| config | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
     for name, c in doc.items():
         rows.append(f"| {name} | " + " | ".join(str(c.get(k, 0)) for k in keys) + " |")
+    rows += ["", "| config | informed attendance (Wilson 95 %) | intentions found / ended (Wilson 95 %) |", "|---|---|---|"]
+    for name, c in doc.items():
+        cells = [f"{x['successes']}/{x['n']} = {100 * x['rate']:.0f} % [{100 * x['low']:.0f}, {100 * x['high']:.0f}]"
+                 if (x := c.get(k)) else "-" for k in ("informed_attendance", "found_rate")]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 
 
