@@ -184,6 +184,29 @@ def _dagger(a: argparse.Namespace) -> int:
     return 0
 
 
+def _step_labels(a: argparse.Namespace) -> int:
+    from metacog_fast.alfworld.finetune.step_labels import collect_step_labels, folder_config
+
+    cmd = parse(a)
+    cfg = folder_config(cmd.out) if cmd.resume else build(cmd.config)
+    print(json.dumps(collect_step_labels(cmd.out, cfg)))
+    return 0
+
+
+def _step_assessor(a: argparse.Namespace) -> int:
+    from metacog_fast.alfworld.finetune.step_assessor import run_step_assessor
+
+    cmd = parse(a)
+    res = run_step_assessor(list(cmd.train), list(cmd.tune), list(cmd.report), cmd.out, build(cmd.config),
+                            episode_scorer=cmd.episode_scorer or None)
+    comp = res["assessor"]["comparisons"]
+    print(json.dumps({"margin": res["margin"], "best_trivial": res["assessor"]["best_trivial"],
+                      "verdicts": {k: v["verdict"] for k, v in comp.items()},
+                      "contested_agreement": {k: res["ranking"]["contested"].get(k, {}).get("rate")
+                                              for k in ("greedy", "assessor", "assessor_margin")}}))
+    return 0
+
+
 def _expert_eval(a: argparse.Namespace) -> int:
     from metacog_fast.alfworld.finetune.evaluate import evaluate_expert
 
@@ -231,6 +254,8 @@ def _commands() -> dict[str, tuple[str, Any, Any]]:
     from metacog_fast.alfworld.finetune.reflections import ReflectionDataConfig
     from metacog_fast.alfworld.finetune.scorer import ScorerFitConfig
     from metacog_fast.alfworld.finetune.sft import SFTConfig
+    from metacog_fast.alfworld.finetune.step_assessor import StepAssessorConfig
+    from metacog_fast.alfworld.finetune.step_labels import StepLabelConfig
     from metacog_fast.finetune.export import ExportConfig
 
     SwiftAgreementConfig = _scienceworld("SwiftAgreementConfig")
@@ -247,6 +272,22 @@ def _commands() -> dict[str, tuple[str, Any, Any]]:
                          ("resume", bool, False, "take the configuration from OUT/config.json and ignore the other "
                           "flags (a collection unpacked from committed records: its dataset.jsonl and manifest are "
                           "rebuilt, its actor is opened only if games are missing)")]), _dagger),
+        "step-labels": (*cmd("the actor plays on policy; at every state the hand-coded expert's command, the actor's "
+                             "greedy and sampled candidates and their log-likelihoods (resumable)", StepLabelConfig,
+                             [("out", str, _MISSING, "collection folder (resumed when it exists)"),
+                              ("resume", bool, False, "take the configuration from OUT/config.json and ignore the "
+                               "other flags")]), _step_labels),
+        "step-assessor": (*cmd("a step-level M_sa trained on the expert's labels (train games), measured against "
+                               "trivial predictors and as a candidate picker on held-out games", StepAssessorConfig,
+                               [("train", tuple[str, ...], _MISSING, "DAgger or step-label collection folders of "
+                                 "train games"),
+                                ("tune", tuple[str, ...], _MISSING, "step-label collection folders the margin is "
+                                 "chosen on (valid_seen)"),
+                                ("report", tuple[str, ...], _MISSING, "step-label collection folders measured "
+                                 "(valid_train)"),
+                                ("out", str, _MISSING, "output folder (step_assessor.json, summary.md, scorer/)"),
+                                ("episode_scorer", str, "", "a scorer folder trained on episode outcomes, measured "
+                                 "beside it (optional)")]), _step_assessor),
         "sft": (*cmd("LoRA / full SFT of the actor on a dataset (resumable)", SFTConfig,
                      [("data_dir", tuple[str, ...], _MISSING, "dataset folder(s) written by `metacog finetune data` "
                        "or `metacog finetune dagger` (several: their union)"),
