@@ -36,16 +36,22 @@ def test_sim_ablation_runs_resume_and_keep_their_files(tmp_path):
                AblationOptions(configs=("all",), runs=1), agent_config=ac, executor=ExecutorConfig(executor="inline", progress=False))
 
 
-def test_sim_ablation_names_the_scenarios_own_agent_count(tmp_path):
-    """agents=None plays the scenario's own agents; the report names how many (it said "None")."""
+def test_sim_ablation_plays_the_scenarios_own_agents_and_asks_the_culprit_without_the_judge(tmp_path):
+    """agents=None plays the scenario's own agents; the report names how many (it said "None"). The
+    culprit question is the mystery's primary metric, not the judge's input: a run without the judge
+    asks it (and nothing else) of every living agent (the control ablation had asked nobody)."""
     from metacog_fast.town.runner import load_scenario
 
-    doc = ablate(RunOptions(scenario="zombie", agents=None, steps=1, judge=False), str(tmp_path), None, None,
+    doc = ablate(RunOptions(scenario="mystery", agents=None, steps=1, judge=False), str(tmp_path), None, None,
                  AblationOptions(configs=("none",), runs=1), agent_config=AgentConfig(progress_every=1),
                  log=lambda _: None, executor=ExecutorConfig(executor="inline", progress=False))
-    n = len(load_scenario("zombie").agents)
+    n = len(load_scenario("mystery").agents)
     assert doc["agents"] == n and doc["runs_detail"]["none"][0]["agents"] == n
-    assert f"# Ablation: zombie ({n} agents, 1 steps" in (tmp_path / "ablation.md").read_text()
+    assert f"# Ablation: mystery ({n} agents, 1 steps" in (tmp_path / "ablation.md").read_text()
+    ev = json.loads((tmp_path / "none_run0" / "evaluation.json").read_text())
+    assert "judge" not in ev and {x["answer_type"] for x in ev["interviews"]} == {"agents"}
+    culprit = json.loads((tmp_path / "none_run0" / "summary.json").read_text())["metrics"]["culprit"]
+    assert culprit["asked"] == len(ev["interviews"]) - 1 == n - 1 and 0.0 <= culprit["probability"] <= 1.0
 
 
 def test_metaworld_agents_as_tasks_match_direct_runs_and_resume(tmp_path):

@@ -600,15 +600,19 @@ class Simulation:
 
     def _pursue(self, a: GenerativeAgent, events: list[dict[str, Any]]) -> Action:
         """One step of ``a``'s seeking intention, with no model call: walk toward the cell where the
-        person was last seen; once they are in sight, the purpose's action (invite, ask for help,
-        follow) and the intention ends (found); at that cell with nobody there, or the person dead,
-        it ends (lost). Either way the agent's next decision chooses its next control."""
+        person was last seen; once they are in sight, the purpose's action (invite, ask for help)
+        and the intention ends (found); at that cell with nobody there, or the person dead, it ends
+        (lost). Either way the agent's next decision chooses its next control. An approach (the
+        murderer's) follows the person in sight until within ``kill_range``; it then ends without
+        a new control, so that the next decision is the step's own choice, where the attack is
+        offered (ending it on sight, the murderer re-chose whom to seek and never attacked: 0 kills
+        in 10 runs)."""
         m = a.mind
         name, purpose = m.seek or "", m.seek_for
 
-        def end(outcome: str, text: str) -> None:
+        def end(outcome: str, text: str, rethink: bool = True) -> None:
             a.ended.add((name, m.seek_since))
-            m.seek, m.seek_for, m.rethink = None, "", True
+            m.seek, m.seek_for, m.rethink = None, "", rethink
             self.intentions[outcome] += 1
             events.append({"agent": a.name, "kind": f"seek_{outcome}", "text": text})
 
@@ -617,12 +621,18 @@ class Simulation:
             end("lost", f"{a.name} stopped looking for {name}: {name} is dead")
             return Action("stay", "stay where I am")
         r = self.sc.perception_range
-        if (b.pos[0] - a.pos[0]) ** 2 + (b.pos[1] - a.pos[1]) ** 2 <= r * r:
+        d2 = (b.pos[0] - a.pos[0]) ** 2 + (b.pos[1] - a.pos[1]) ** 2
+        if purpose == "approach" and d2 <= r * r:
+            reach = self.sc.rules.get("kill_range", 1)
+            if d2 <= reach * reach:
+                end("found", f"{a.name} reached {name} at the {self.place_of(b.pos)}", rethink=False)
+                return Action("stay", f"stay next to {name}")
+            a.pos = mech.follow_step(self.world, a.pos, b.pos, self.sc.agent_speed)
+            return Action("seek", f"follow {name}", name, purpose)
+        if d2 <= r * r:
             end("found", f"{a.name} found {name} at the {self.place_of(b.pos)}")
             if purpose == "invite" and mech.PARTY in a.knows:
                 return Action("invite", f"invite {name} to the Christmas party", name)
-            if purpose == "approach":
-                return Action("follow", f"follow {name}", name)
             return Action("ask", f"ask {name} for help", name)
         where, _, cell = a.last_seen.get(name, ("", 0, a.pos))
         if mech.distance(a.pos, cell) <= 1.5:

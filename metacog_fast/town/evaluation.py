@@ -33,13 +33,20 @@ CRITERIA: dict[str, str] = {
 """The five criteria (paper 001 §5)."""
 
 
-def interview(sim: Any) -> list[dict[str, Any]]:
-    """Ask every scenario interview question to its agents (living ones; the dead cannot answer)."""
+METRIC_ANSWERS = ("agents",)
+"""Answer types a scenario metric reads (the mystery's culprit question): asked even without the judge."""
+
+
+def interview(sim: Any, answer_types: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """Ask every scenario interview question (``answer_types``: only those of these answer types)
+    to its agents (living ones; the dead cannot answer)."""
     out: list[dict[str, Any]] = []
     llm = sim.llm
     llm.max_calls = None  # the interview is outside the run's call budget
     names = [a.name for a in sim.agents]
     for q in sim.sc.interview_questions:
+        if answer_types is not None and q.answer not in answer_types:
+            continue
         for a in sim.agents:
             if not a.alive or (q.agents and a.name not in q.agents):
                 continue

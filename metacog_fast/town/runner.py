@@ -16,7 +16,8 @@ from metacog_fast._atomic import atomic_open
 from metacog_fast.town.generative import AgentConfig, Features
 from metacog_fast.runs import ExecutorConfig, Record, RunFolder, SideFile, Task, run_tasks
 from metacog_fast.town.engine import SimConfig, Simulation, write_json
-from metacog_fast.town.evaluation import CRITERIA, culprit_named, expected_rating, informed_attendance, interview, judge
+from metacog_fast.town.evaluation import (CRITERIA, METRIC_ANSWERS, culprit_named, expected_rating, informed_attendance,
+                                          interview, judge)
 from metacog_fast.town.llm_adapter import SimLLM
 from metacog_fast.town.loader import load_scenario
 from metacog_fast.town.viewer import write_viewer
@@ -128,7 +129,8 @@ def run_once(opts: RunOptions, features: Features, out_dir: str, llm: SimLLM, en
         sim.run(progress=progress)
         sim_seconds = time.perf_counter() - t0
         run_cost = llm.cost.as_dict()
-        answers = interview(sim) if opts.judge else []
+        # without the judge, only the questions a scenario metric reads (the culprit question)
+        answers = interview(sim) if opts.judge else interview(sim, METRIC_ANSWERS)
         metrics = sim.metrics()
         metrics["llm_cost"] = run_cost
         if sc.rules["type"] == "mystery":
