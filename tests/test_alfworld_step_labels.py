@@ -169,7 +169,9 @@ def test_step_assessor_run_end_to_end_on_small_collections(tmp_path):
     tune = write(tmp_path / "tune", [mk("valid_seen", i) for i in range(3)])
     report = write(tmp_path / "report", [mk("valid_train", i) for i in range(6)])
     cfg = StepAssessorConfig(epochs=2, folds=2, resamples=200, margins=(0.0, 0.1))
-    res = run_step_assessor([train], [tune], [report], tmp_path / "out", cfg)
+    from alfworld_helpers import shared_encoder
+
+    res = run_step_assessor([train], [tune], [report], tmp_path / "out", cfg, encoder=shared_encoder())
     assert res["train_examples"] == 12 and res["train_games"] == 4 and res["margin"] in (0.0, 0.1)
     assert res["ranking"]["contested"]["steps"] == 6 and res["ranking"]["all"]["steps"] == 12
     preds = res["assessor"]["predictors"]
@@ -180,4 +182,4 @@ def test_step_assessor_run_end_to_end_on_small_collections(tmp_path):
     assert "Candidate picked = the expert's command" in (tmp_path / "out" / "summary.md").read_text()
     leak = write(tmp_path / "leak", [_label_record("t1", "valid_train", [("a", ["a", "b"], -1.0)])])
     with pytest.raises(ValueError, match="also in the training folders"):
-        run_step_assessor([train], [tune], [leak], tmp_path / "out2", cfg)
+        run_step_assessor([train], [tune], [leak], tmp_path / "out2", cfg, encoder=shared_encoder())

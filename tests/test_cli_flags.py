@@ -74,6 +74,8 @@ REQUIRED = {  # the words a command needs (its required flags), nothing else
     "report scienceworld-swift": "r --out o",
     "finetune data": "--out o",
     "finetune dagger": "--out o",
+    "finetune step-labels": "--out o",
+    "finetune step-assessor": "--train t --tune u --report r --out o",
     "finetune sft": "--data-dir d --out o",
     "finetune export": "--checkpoint c --out o",
     "finetune eval": "--out o",

@@ -163,20 +163,21 @@ def test_an_intention_ends_lost_where_the_person_is_gone_and_is_not_revived(make
     assert hana.mind.seek is None
 
 
-def test_the_murderer_approaches_and_is_then_offered_the_attack(make):
-    """The approach follows the person in sight until within kill range and ends there without a new
-    control (ended on sight with a rethink, the murderer re-chose whom to seek: 0 kills in 10 runs), so
-    the next decision is the step's own choice, which offers the attack."""
+def test_the_murderer_approaches_and_attacks_once_the_cooldown_allows(make):
+    """The approach follows the person in sight until within kill range, waits there for the cooldown
+    and attacks, as the host's intention invites (ended on sight, the murderer re-chose whom to seek:
+    0 kills in 10 runs; ended within reach for the next choice, the victim had walked on)."""
     sim = make("mystery")
     far_apart(sim, {"Victor": "Shop", "Gus": "Cafe"})
+    sim.last_kill_step = 0  # the cooldown runs from step 0: Victor may not attack before kill_cooldown
     seek(sim, "Victor", "Gus", "approach")
     events = pursue(sim, "Victor", 40)
     victor, gus = sim.by_name["Victor"], sim.by_name["Gus"]
-    assert sim.intentions["found"] == 1 and victor.mind.seek is None and not victor.mind.rethink
-    assert any(e["kind"] == "seek_found" and "reached Gus" in e["text"] for e in events)
-    assert mech.distance(victor.pos, gus.pos) <= sim.sc.rules["kill_range"]
-    sim.step_no = max(sim.step_no, sim.sc.rules["kill_cooldown"])
-    assert Action("attack", "attack Gus", "Gus") in sim.options(victor, [])
+    assert sim.intentions["found"] == 1 and victor.mind.seek is None and victor.mind.rethink
+    [(step, killer, victim)] = sim.kills
+    assert not gus.alive and (killer, victim) == ("Victor", "Gus") and step >= sim.sc.rules["kill_cooldown"]
+    assert [e["kind"] for e in events if e["agent"] == "Victor"][-2:] == ["seek_found", "attack"]
+    assert any(e["text"] == "Victor reached Gus at the " + sim.place_of(gus.pos) for e in events)
 
 
 def test_meta_mode_is_checked():

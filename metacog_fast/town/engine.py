@@ -603,16 +603,17 @@ class Simulation:
         person was last seen; once they are in sight, the purpose's action (invite, ask for help)
         and the intention ends (found); at that cell with nobody there, or the person dead, it ends
         (lost). Either way the agent's next decision chooses its next control. An approach (the
-        murderer's) follows the person in sight until within ``kill_range``; it then ends without
-        a new control, so that the next decision is the step's own choice, where the attack is
-        offered (ending it on sight, the murderer re-chose whom to seek and never attacked: 0 kills
-        in 10 runs)."""
+        murderer's) follows the person in sight until within ``kill_range`` and then attacks, once
+        the cooldown allows (until then it stays next to them), as the host's intention invites:
+        the purpose is carried out by the intention. Ended on sight, the murderer re-chose whom to
+        seek and never attacked (0 kills in 10 runs); ended within reach, the victim had walked on
+        before the next choice, or the model chose something else (0 kills in the first 2 runs)."""
         m = a.mind
         name, purpose = m.seek or "", m.seek_for
 
-        def end(outcome: str, text: str, rethink: bool = True) -> None:
+        def end(outcome: str, text: str) -> None:
             a.ended.add((name, m.seek_since))
-            m.seek, m.seek_for, m.rethink = None, "", rethink
+            m.seek, m.seek_for, m.rethink = None, "", True
             self.intentions[outcome] += 1
             events.append({"agent": a.name, "kind": f"seek_{outcome}", "text": text})
 
@@ -623,10 +624,12 @@ class Simulation:
         r = self.sc.perception_range
         d2 = (b.pos[0] - a.pos[0]) ** 2 + (b.pos[1] - a.pos[1]) ** 2
         if purpose == "approach" and d2 <= r * r:
-            reach = self.sc.rules.get("kill_range", 1)
-            if d2 <= reach * reach:
-                end("found", f"{a.name} reached {name} at the {self.place_of(b.pos)}", rethink=False)
-                return Action("stay", f"stay next to {name}")
+            rules = self.sc.rules
+            if d2 <= rules["kill_range"] ** 2:
+                if self.step_no - self.last_kill_step >= rules["kill_cooldown"]:
+                    end("found", f"{a.name} reached {name} at the {self.place_of(b.pos)}")
+                    return Action("attack", f"attack {name}", name)
+                return Action("seek", f"stay next to {name}", name, purpose)
             a.pos = mech.follow_step(self.world, a.pos, b.pos, self.sc.agent_speed)
             return Action("seek", f"follow {name}", name, purpose)
         if d2 <= r * r:

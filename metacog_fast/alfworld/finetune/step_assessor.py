@@ -22,8 +22,8 @@ margin, ``valid_train`` to report), one row per distinct candidate of a labelled
 * **candidate ranking against the expert**: on steps with several candidates of which one is the
   expert's command, the share where each rule's pick is the expert's command: the greedy candidate,
   the highest log-likelihood, the most drawn, the assessor's highest score, and MUSE's rule (the
-  greedy candidate unless another scores higher by ``margin``); Wilson intervals over steps and a
-  paired bootstrap over games of each rule against the greedy one;
+  greedy candidate unless another scores higher by ``margin``); Wilson intervals over steps and the
+  pooled difference of each rule against the greedy one with a cluster bootstrap over games;
 * the same rule over **all** labelled steps (a step with no expert candidate counts as a miss for
   every rule), which is what an agent's next action would gain.
 """
@@ -190,23 +190,31 @@ def ranking(rows: Sequence[dict[str, Any]], scores: np.ndarray, margin: float, r
         for rule in RULES:
             res[rule] = rate_with_interval(hits[rule])
         res["random"] = float(np.mean([np.mean(s["label"]) for s in sel]))
-        res["versus_greedy"] = {rule: _per_game_difference(hits[rule], hits["greedy"], games, resamples, seed)
+        res["versus_greedy"] = {rule: _pooled_difference(hits[rule], hits["greedy"], games, resamples, seed)
                                 for rule in RULES if rule != "greedy"}
         out[subset] = res
     return out
 
 
-def _per_game_difference(a: np.ndarray, b: np.ndarray, games: Sequence[str], resamples: int,
+def _pooled_difference(a: np.ndarray, b: np.ndarray, games: Sequence[str], resamples: int,
                          seed: int) -> dict[str, Any]:
-    """Paired bootstrap over games of the per-game mean of ``a`` minus that of ``b`` (points)."""
-    from metacog_fast.metrics.intervals import compare_paired
+    """The pooled difference mean(a - b) over steps (the unit of the agreement column) with a
+    cluster-bootstrap interval that resamples games (steps of a game are not independent) and the
+    bootstrap's two-sided p of "no difference": {"diff", "low", "high", "p_value", "games", "steps"}."""
+    from metacog_fast.metrics.intervals import bootstrap_p_value
+    from metacog_fast.metrics.resample import check_resamples, check_seed, unit_indices
 
     ids = sorted(set(games))
     g = np.asarray([ids.index(x) for x in games])
-    ma = {i: float(a[g == k].mean()) for k, i in enumerate(ids)}
-    mb = {i: float(b[g == k].mean()) for k, i in enumerate(ids)}
-    d = compare_paired(ma, mb, resamples=resamples, seed=seed)
-    return d.to_dict()
+    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    S = np.bincount(g, weights=d, minlength=len(ids))
+    N = np.bincount(g, minlength=len(ids)).astype(np.float64)
+    idx = unit_indices(len(ids), check_resamples(resamples), check_seed(seed))
+    counts = np.stack([np.bincount(row, minlength=len(ids)) for row in idx])
+    means = (counts @ S) / (counts @ N)
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    return {"diff": float(d.mean()), "low": float(lo), "high": float(hi), "p_value": bootstrap_p_value(means, d),
+            "games": len(ids), "steps": int(d.size)}
 
 
 def choose_margin(rows: Sequence[dict[str, Any]], scores: np.ndarray, margins: Sequence[float]) -> tuple[float, dict]:
@@ -283,10 +291,11 @@ def _score_rows(scorer: Any, rows: Sequence[dict[str, Any]]) -> np.ndarray:
 
 def run_step_assessor(train: Sequence[str | Path], tune: Sequence[str | Path], report: Sequence[str | Path],
                       out: str | Path, cfg: StepAssessorConfig | None = None,
-                      episode_scorer: str | Path | None = None) -> dict[str, Any]:
+                      episode_scorer: str | Path | None = None, encoder: Any = None) -> dict[str, Any]:
     """Train the step assessor on ``train`` folders, choose the margin on ``tune``, measure on
     ``report`` (module docstring). ``episode_scorer``: a scorer folder trained on episode outcomes
-    (the paper's labels), measured on the same rows beside it. Writes ``out/step_assessor.json``,
+    (the paper's labels), measured on the same rows beside it. ``encoder``: the MiniLM encoder to
+    use (default: a new one). Writes ``out/step_assessor.json``,
     ``out/summary.md``, ``out/reliability.png`` and the trained scorer in ``out/scorer``."""
     from metacog_fast.metrics.assessor import evaluate_assessor, plot_reliability
     from metacog_fast.scoring import TrajectoryScorer
@@ -303,7 +312,7 @@ def run_step_assessor(train: Sequence[str | Path], tune: Sequence[str | Path], r
     if leak:
         raise ValueError(f"report: {len(leak)} game(s) also in the training folders, e.g. {sorted(leak)[0]}")
     examples = training_examples(train_recs, size)
-    scorer = train_step_assessor(examples, cfg)
+    scorer = train_step_assessor(examples, cfg, encoder=encoder)
     scorer.save(Path(out) / "scorer", include_replay=False)
     tune_scores = _score_rows(scorer, tune_rows)
     margin, margin_acc = choose_margin(tune_rows, tune_scores, cfg.margins)
@@ -373,7 +382,7 @@ def summary_markdown(result: dict[str, Any]) -> str:
                 continue
             lines += [f"## Candidate picked = the expert's command, {title}, {subset} steps "
                       f"({res['steps']} steps, {res['games']} games; random pick {100 * res['random']:.1f} %)", "",
-                      "| rule | agreement (Wilson 95 %) | rule − greedy, paired over games |", "|---|---|---|"]
+                      "| rule | agreement (Wilson 95 %) | rule − greedy, points [95 %, games resampled] |", "|---|---|---|"]
             for rule in RULES:
                 vs = "—" if rule == "greedy" else _diff(res["versus_greedy"][rule])
                 lines.append(f"| {rule} | {_rate(res[rule])} | {vs} |")
