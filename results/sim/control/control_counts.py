@@ -3,7 +3,8 @@
 For each configuration, summed over its runs: progress ratings (made, skipped), meta_cognize runs and
 rethinks, the controls chosen (keep / move / seek), the seeking intentions' outcomes (found, lost,
 invitations made and facts passed on when found), all invitations, attendance (any guest, and
-informed: knowing of the party), and the LLM calls and seconds; informed attendance and the share of
+informed: knowing of the party), the mystery's kills (and how many had someone within perception range
+of the body in that step's frame), accusations and culprit answers, and the LLM calls and seconds; informed attendance and the share of
 ended intentions that found their person with Wilson 95 % intervals, pooled over runs. Reads
 ``<folder>/<config>_run<i>/run.json``; writes ``control_counts_<folder name>.json`` and ``.md`` beside
 this script (or in ``--out``).
@@ -17,6 +18,22 @@ import json
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
+
+
+def _witnesses(doc: dict, step: int, killer: str, victim: str) -> int:
+    """Living agents other than the killer within perception range of the victim's body in the frame
+    of the kill's step (positions after that step's moves: an approximation of who saw it)."""
+    from metacog_fast.town import load_scenario
+
+    r = load_scenario(doc["scenario"]["name"]).perception_range
+    frame = next((f for f in doc["frames"] if f["step"] == step), None)
+    if frame is None:
+        return 0
+    body = next(((x, y) for name, x, y in frame["bodies"] if name == victim), None)
+    if body is None:
+        return 0
+    return sum(1 for a in frame["agents"] if a["alive"] and a["name"] not in (killer, victim)
+               and (a["x"] - body[0]) ** 2 + (a["y"] - body[1]) ** 2 <= r * r)
 
 
 def summarize(folder: Path) -> dict:
@@ -37,6 +54,13 @@ def summarize(folder: Path) -> dict:
         if "attendance" in m:
             c["attended"] += len(m["attendance"])
             c["attended_informed"] += len(informed_attendance(doc))
+        if "kills" in m:  # the mystery: kills, who could have seen them, accusations, the culprit question
+            c["kills"] += len(m["kills"])
+            c["kills_seen"] += sum(_witnesses(doc, step, killer, victim) > 0 for step, killer, victim in m["kills"])
+            c["accusations"] += len(m["accusations"])
+            cu = m.get("culprit", {})
+            c["culprit_asked"] += cu.get("asked", 0)
+            c["culprit_named"] += len(cu.get("named_culprit", []))
         c["llm_calls"] += m.get("llm_cost", {}).get("calls", 0)
         c["llm_seconds"] += round(m.get("llm_cost", {}).get("seconds", 0.0))
     if not per:
@@ -47,7 +71,8 @@ def summarize(folder: Path) -> dict:
     for k, c in per.items():
         doc: dict = dict(c)
         for name, ok, n in (("informed_attendance", c["attended_informed"], c["guests"]),
-                            ("found_rate", c["seek_found"], c["seek_found"] + c["seek_lost"])):
+                            ("found_rate", c["seek_found"], c["seek_found"] + c["seek_lost"]),
+                            ("culprit_rate", c["culprit_named"], c["culprit_asked"])):
             if n:  # Wilson 95 %, pooled over runs (agents of one run share a town: optimistic)
                 lo, hi = wilson_interval(ok, n)
                 doc[name] = {"rate": ok / n, "low": lo, "high": hi, "successes": ok, "n": n}
@@ -58,14 +83,16 @@ def summarize(folder: Path) -> dict:
 def markdown(doc: dict) -> str:
     keys = ["runs", "ratings", "ratings_skipped", "meta_cognize", "rethinks", "control_keep", "control_move",
             "control_seek", "seek_found", "seek_lost", "seek_invited", "seek_facts_shared", "invitations",
-            "attended", "attended_informed", "guests", "llm_calls", "llm_seconds"]
+            "attended", "attended_informed", "guests", "kills", "kills_seen", "accusations", "culprit_named",
+            "culprit_asked", "llm_calls", "llm_seconds"]
     rows = ["| config | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
     for name, c in doc.items():
         rows.append(f"| {name} | " + " | ".join(str(c.get(k, 0)) for k in keys) + " |")
-    rows += ["", "| config | informed attendance (Wilson 95 %) | intentions found / ended (Wilson 95 %) |", "|---|---|---|"]
+    rows += ["", "| config | informed attendance (Wilson 95 %) | intentions found / ended (Wilson 95 %) | "
+             "culprit named / asked (Wilson 95 %) |", "|---|---|---|---|"]
     for name, c in doc.items():
         cells = [f"{x['successes']}/{x['n']} = {100 * x['rate']:.0f} % [{100 * x['low']:.0f}, {100 * x['high']:.0f}]"
-                 if (x := c.get(k)) else "-" for k in ("informed_attendance", "found_rate")]
+                 if (x := c.get(k)) else "-" for k in ("informed_attendance", "found_rate", "culprit_rate")]
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 
