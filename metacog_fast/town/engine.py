@@ -605,9 +605,9 @@ class Simulation:
         (lost). Either way the agent's next decision chooses its next control. An approach (the
         murderer's) follows the person in sight until within ``kill_range`` and then attacks, once
         the cooldown allows (until then it stays next to them), as the host's intention invites:
-        the purpose is carried out by the intention. Ended on sight, the murderer re-chose whom to
-        seek and never attacked (0 kills in 10 runs); ended within reach, the victim had walked on
-        before the next choice, or the model chose something else (0 kills in the first 2 runs)."""
+        the purpose is carried out by the intention. Ended on sight or within reach, the murderer
+        re-chose whom to seek or the victim walked on before the next choice, and nobody was ever
+        attacked (docs/sim.md, "Measured: the mystery")."""
         m = a.mind
         name, purpose = m.seek or "", m.seek_for
 
