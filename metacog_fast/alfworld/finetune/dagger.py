@@ -131,41 +131,52 @@ def folder_config(out_dir: str | Path) -> DaggerConfig:
     return DaggerConfig(**d)
 
 
-def collect_dagger(out_dir: str | Path, cfg: DaggerConfig) -> dict[str, Any]:
-    """Collect (or resume) into ``out_dir``; returns the manifest."""
+def play_missing_games(out: Path, games: list[Path], actor_uri: str | None, examples: int | None, split: str,
+                       max_steps: int, n_threads: int, seed: int, play: Any, desc: str) -> None:
+    """Play each of ``games`` not yet in ``out/games`` with a ReAct actor (``actor_uri``, greedy, no
+    action mapping) on an ALFWorld env with the hand-coded expert; ``play(env, agent, gamefile)``
+    returns the game's record, written atomically. The actor is opened only if a game is missing,
+    after checking it is the one the folder's games were played with."""
     from tqdm import tqdm
 
     from metacog_fast.alfworld.actions import ActionMapper
     from metacog_fast.alfworld.agents import ReActAgent
     from metacog_fast.alfworld.config import AgentConfig
+    from metacog_fast.alfworld.env import task_type_of
     from metacog_fast.alfworld.fewshot import load_examples
+    from metacog_fast.alfworld.finetune.evaluate import EvalConfig, _examples_for
     from metacog_fast.alfworld.protocol import DEFAULT_FEWSHOT
     from metacog_fast.envs import make_env
-    from metacog_fast.alfworld.env import task_type_of
-    from metacog_fast.alfworld.finetune.evaluate import EvalConfig, _examples_for
     from metacog_fast.llm import open_llm
     from metacog_fast.llm.models import models_identity
 
+    todo = [g for g in games if not (out / "games" / f"{game_key(g)}.json").exists()]
+    if not todo:
+        return
+    claim_identity(out, models_identity(actor=actor_uri))
+    k = _examples_for(EvalConfig(llm=actor_uri, examples=examples))
+    ac = AgentConfig(max_steps=max_steps, examples=k, map_actions="none", seed=seed)
+    shots = load_examples(DEFAULT_FEWSHOT, max(k, 1), ac.example_max_steps) if k else {}
+    actor = open_llm(actor_uri, n_threads=n_threads, n_ctx=8192, seed=seed)
+    env = make_env("alfworld", split=split, max_episode_steps=max_steps, handcoded_expert=True)
+    try:
+        for g in tqdm(todo, desc=desc, dynamic_ncols=True, mininterval=2.0):
+            tt = task_type_of(g)
+            agent = ReActAgent(actor, {tt: shots.get(tt, [])}, ac, ActionMapper("none"))
+            write_json_atomic(out / "games" / f"{game_key(g)}.json", play(env, agent, g))
+    finally:
+        env.close()
+        actor.close()
+
+
+def collect_dagger(out_dir: str | Path, cfg: DaggerConfig) -> dict[str, Any]:
+    """Collect (or resume) into ``out_dir``; returns the manifest."""
     cfg.validate()
     out = claim_collection(out_dir, asdict(cfg), defaults=asdict(DaggerConfig()))
     t0 = time.perf_counter()
     games = select_walkthrough_games(cfg.split, cfg.max_games, None, cfg.skip_games, cfg.exclude_heldout_rooms)
-    todo = [g for g in games if not (out / "games" / f"{game_key(g)}.json").exists()]
-    if todo:
-        claim_identity(out, models_identity(actor=cfg.actor))
-        examples = _examples_for(EvalConfig(llm=cfg.actor, examples=cfg.examples))
-        ac = AgentConfig(max_steps=cfg.max_steps, examples=examples, map_actions="none", seed=cfg.seed)
-        shots = load_examples(DEFAULT_FEWSHOT, max(examples, 1), ac.example_max_steps) if examples else {}
-        actor = open_llm(cfg.actor, n_threads=cfg.n_threads, n_ctx=8192, seed=cfg.seed)
-        env = make_env("alfworld", split=cfg.split, max_episode_steps=cfg.max_steps, handcoded_expert=True)
-        try:
-            for g in tqdm(todo, desc="dagger games", dynamic_ncols=True, mininterval=2.0):
-                tt = task_type_of(g)
-                agent = ReActAgent(actor, {tt: shots.get(tt, [])}, ac, ActionMapper("none"))
-                write_json_atomic(out / "games" / f"{game_key(g)}.json", play_dagger_game(env, agent, g, cfg))
-        finally:
-            env.close()
-            actor.close()
+    play_missing_games(out, games, cfg.actor, cfg.examples, cfg.split, cfg.max_steps, cfg.n_threads, cfg.seed,
+                       lambda env, agent, g: play_dagger_game(env, agent, g, cfg), "dagger games")
     records = [read_json(out / "games" / f"{game_key(g)}.json") for g in games]
     examples_out = [r for r in records if r["loss_steps"]]
     path = out / "dataset.jsonl"
@@ -187,4 +198,4 @@ def collect_dagger(out_dir: str | Path, cfg: DaggerConfig) -> dict[str, Any]:
     return manifest
 
 
-__all__ = ["DaggerConfig", "collect_dagger", "play_dagger_game"]
+__all__ = ["DaggerConfig", "collect_dagger", "play_dagger_game", "play_missing_games"]

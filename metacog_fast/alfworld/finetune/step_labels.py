@@ -192,41 +192,16 @@ def load_collection(out_dir: str | Path) -> list[dict[str, Any]]:
 
 def collect_step_labels(out_dir: str | Path, cfg: StepLabelConfig) -> dict[str, Any]:
     """Collect (or resume) into ``out_dir``; returns the manifest."""
-    from tqdm import tqdm
-
-    from metacog_fast.alfworld.actions import ActionMapper
-    from metacog_fast.alfworld.agents import ReActAgent
-    from metacog_fast.alfworld.config import AgentConfig
-    from metacog_fast.alfworld.env import task_type_of
-    from metacog_fast.alfworld.fewshot import load_examples
+    from metacog_fast.alfworld.finetune.dagger import play_missing_games
     from metacog_fast.alfworld.finetune.data import select_walkthrough_games
-    from metacog_fast.alfworld.finetune.evaluate import EvalConfig, _examples_for
-    from metacog_fast.alfworld.finetune.reflections import claim_collection, claim_identity
-    from metacog_fast.alfworld.protocol import DEFAULT_FEWSHOT
-    from metacog_fast.envs import make_env
-    from metacog_fast.llm import open_llm
-    from metacog_fast.llm.models import models_identity
+    from metacog_fast.alfworld.finetune.reflections import claim_collection
 
     cfg.validate()
     out = claim_collection(out_dir, asdict(cfg), defaults=asdict(StepLabelConfig()))
     t0 = time.perf_counter()
     games = select_walkthrough_games(cfg.split, cfg.max_games, None, cfg.skip_games)
-    todo = [g for g in games if not (out / "games" / f"{game_key(g)}.json").exists()]
-    if todo:
-        claim_identity(out, models_identity(actor=cfg.actor))
-        examples = _examples_for(EvalConfig(llm=cfg.actor))
-        ac = AgentConfig(max_steps=cfg.max_steps, examples=examples, map_actions="none", seed=cfg.seed)
-        shots = load_examples(DEFAULT_FEWSHOT, max(examples, 1), ac.example_max_steps) if examples else {}
-        actor = open_llm(cfg.actor, n_threads=cfg.n_threads, n_ctx=8192, seed=cfg.seed)
-        env = make_env("alfworld", split=cfg.split, max_episode_steps=cfg.max_steps, handcoded_expert=True)
-        try:
-            for g in tqdm(todo, desc="step-label games", dynamic_ncols=True, mininterval=2.0):
-                tt = task_type_of(g)
-                agent = ReActAgent(actor, {tt: shots.get(tt, [])}, ac, ActionMapper("none"))
-                write_json_atomic(out / "games" / f"{game_key(g)}.json", play_labelled_game(env, agent, g, cfg))
-        finally:
-            env.close()
-            actor.close()
+    play_missing_games(out, games, cfg.actor, None, cfg.split, cfg.max_steps, cfg.n_threads, cfg.seed,
+                       lambda env, agent, g: play_labelled_game(env, agent, g, cfg), "step-label games")
     records = [read_json(out / "games" / f"{game_key(g)}.json") for g in games]
     manifest = {"config": asdict(cfg), **summarize_games(records), "build_seconds": time.perf_counter() - t0}
     write_json_atomic(out / "manifest.json", manifest)
