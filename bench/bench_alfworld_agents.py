@@ -128,7 +128,7 @@ def encoders(setup):
     default = setup["agent"].scorer.encoder
     out = {"auto": default}
     for name, prec in (("bf16", "bf16"), ("fp32", "fp32"), ("anchor", "bf16")):
-        out[name] = MiniLMEncoder(EncoderConfig(precision=prec), st_model=default.st)
+        out[name] = MiniLMEncoder(EncoderConfig(precision=prec), share=default)
     out["anchor"]._lean = False
     yield out
     _use_encoder(setup["agent"], default)

@@ -85,14 +85,14 @@ PRECISIONS = ["int8", "fp32"] + (["bf16"] if cpu_has_bf16() else [])
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_throughput_batch256(benchmark, setup, torch_threads, precision):
     torch_threads(THREADS)
-    st, head, texts, tasks, y = setup["enc32"].st, setup["head"], setup["texts"], setup["tasks"], setup["labels"]
-    enc = MiniLMEncoder(EncoderConfig(precision=precision, cache_size=0), st_model=st)
+    base, head, texts, tasks, y = setup["enc32"], setup["head"], setup["texts"], setup["tasks"], setup["labels"]
+    enc = MiniLMEncoder(EncoderConfig(precision=precision, cache_size=0), share=base)
     for t in dict.fromkeys(tasks):
         enc.encode_task(t)  # M(I) per task is cached by design: warm it, as an agent would be
     fast_scores(enc, head, texts[:16], tasks[:16])  # warm-up
     p_fast = benchmark.pedantic(fast_scores, args=(enc, head, texts, tasks), rounds=2, iterations=1)
-    p_anchor = anchor_scores(st, head, texts, tasks)
-    t_anchor = _best(lambda: anchor_scores(st, head, texts, tasks), repeat=2)
+    p_anchor = anchor_scores(base.st, head, texts, tasks)
+    t_anchor = _best(lambda: anchor_scores(base.st, head, texts, tasks), repeat=2)
     t_fast = benchmark.stats.stats.min
     a_anchor, a_fast = auroc2(p_anchor, y), auroc2(p_fast, y)
     benchmark.extra_info.update({
@@ -108,15 +108,15 @@ def test_throughput_batch256(benchmark, setup, torch_threads, precision):
 def test_latency_5_rollouts(benchmark, setup, torch_threads):
     """One MUSE step: score 5 rollouts of one task (task embedding cached, rollout texts new)."""
     torch_threads(THREADS)
-    st, head, test = setup["enc32"].st, setup["head"], setup["test"]
+    base, head, test = setup["enc32"], setup["head"], setup["test"]
     ex = test[:5]
     texts = [render_trajectory(e.chunk, ex[0].plan) for e in ex]
     task = ex[0].task
-    enc = MiniLMEncoder(EncoderConfig(precision="auto", cache_size=0), st_model=st)
+    enc = MiniLMEncoder(EncoderConfig(precision="auto", cache_size=0), share=base)
     enc.encode_task(task)
     fast_scores(enc, head, texts, [task] * 5)
     benchmark.pedantic(fast_scores, args=(enc, head, texts, [task] * 5), rounds=10, iterations=1)
-    t_anchor = _best(lambda: anchor_scores(st, head, texts, [task] * 5), repeat=5)
+    t_anchor = _best(lambda: anchor_scores(base.st, head, texts, [task] * 5), repeat=5)
     t_fast = benchmark.stats.stats.min
     benchmark.extra_info.update({"precision": enc.precision, "rollouts": 5, "threads": THREADS,
                                  "anchor_s": t_anchor, "fast_s": t_fast, "ratio": t_anchor / t_fast})
@@ -125,9 +125,10 @@ def test_latency_5_rollouts(benchmark, setup, torch_threads):
 def test_cached_task_embedding(benchmark, setup, torch_threads):
     """M(I) from the per-task cache against ST encoding the task text again."""
     torch_threads(THREADS)
-    st = setup["enc32"].st
+    base = setup["enc32"]
+    st = base.st
     task = setup["tasks"][0]
-    enc = MiniLMEncoder(EncoderConfig(precision="auto"), st_model=st)
+    enc = MiniLMEncoder(EncoderConfig(precision="auto"), share=base)
     enc.encode_task(task)
     benchmark.pedantic(enc.encode_task, args=(task,), rounds=200, iterations=10)
     t_anchor = _best(lambda: st.encode([task], convert_to_numpy=True, show_progress_bar=False), repeat=5)

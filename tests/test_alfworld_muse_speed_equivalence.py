@@ -116,12 +116,12 @@ def encoders(scorer):
     """The transformers forward, the lean forward with SDPA and with the matmul attention, all bf16."""
     from metacog_fast.scoring import EncoderConfig, MiniLMEncoder
 
-    st = scorer.encoder.st
-    hf = MiniLMEncoder(EncoderConfig(precision="bf16", attention="sdpa"), st_model=st)
+    base = scorer.encoder
+    hf = MiniLMEncoder(EncoderConfig(precision="bf16", attention="sdpa"), share=base)
     hf._lean = False
     return {"hf": hf,
-            "sdpa": MiniLMEncoder(EncoderConfig(precision="bf16", attention="sdpa"), st_model=st),
-            "matmul": MiniLMEncoder(EncoderConfig(precision="bf16", attention="matmul"), st_model=st)}
+            "sdpa": MiniLMEncoder(EncoderConfig(precision="bf16", attention="sdpa"), share=base),
+            "matmul": MiniLMEncoder(EncoderConfig(precision="bf16", attention="matmul"), share=base)}
 
 
 def test_lean_forward_matches_transformers(encoders):

