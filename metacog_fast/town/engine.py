@@ -161,7 +161,8 @@ class Simulation:
         self.kills: list[tuple[int, str, str]] = []
         self.last_kill_step = -10**9
         self.intentions: Counter[str] = Counter()
-        """Outcomes of the seeking intentions: found, lost, and what finding did (invited, facts told)."""
+        """Outcomes of the seeking intentions: found, lost, interrupted (a threat in sight), and what
+        finding did (invited, facts told)."""
         for a in self.agents:  # a small town: everybody knows where everybody starts the day
             a.last_seen = {b.name: (self.place_of(b.pos), 0, b.pos) for b in self.agents if b is not a}
         if rules["type"] == "party":
@@ -477,7 +478,8 @@ class Simulation:
         else: ask for help). Whoever is in sight is reached through the step's options instead
         (offered as a control, agents sought the person next to them every step). Only an agent
         without a scenario purpose is also offered the two nearest other places (offered to
-        everyone, they were taken in 29 of 29 choices; docs/sim.md "Metacognition through control")."""
+        everyone, they were taken in 29 of 29 choices; docs/sim.md "Metacognition through control").
+        While a threat (a zombie) is in sight, only keep and the safe places are offered."""
         rules = self.sc.rules
         here = self.place_of(a.pos)
         out = [Action("keep", "keep going with my current plan")]
@@ -486,6 +488,8 @@ class Simulation:
         for p in goal_places:
             if p != here:
                 out.append(Action("move", f"go to the party at the {p}" if party else f"go to the {p}", p))
+        if len(self._threats_near(a)):
+            return out  # no walk to someone through the danger in sight (docs/sim.md, the zombie)
         in_sight = {b.name for b in self._agents_near(a, self.sc.perception_range)}
         known = sorted((b for b in self.agents if b is not a and b.alive and b.name in a.last_seen
                         and b.name not in in_sight),
@@ -607,7 +611,8 @@ class Simulation:
         the cooldown allows (until then it stays next to them), as the host's intention invites:
         the purpose is carried out by the intention. Ended on sight or within reach, the murderer
         re-chose whom to seek or the victim walked on before the next choice, and nobody was ever
-        attacked (docs/sim.md, "Measured: the mystery")."""
+        attacked (docs/sim.md, "Measured: the mystery"). A zombie in sight interrupts any intention:
+        the agent runs from it instead (interrupted)."""
         m = a.mind
         name, purpose = m.seek or "", m.seek_for
 
@@ -617,6 +622,14 @@ class Simulation:
             self.intentions[outcome] += 1
             events.append({"agent": a.name, "kind": f"seek_{outcome}", "text": text})
 
+        if len(self._threats_near(a)):
+            # A zombie in sight: the walk is dropped and the agent runs, as "run away from the zombies"
+            # would; with intentions that walked on, 18 of 21 deaths with metacognition happened while
+            # looking for someone (docs/sim.md, "Measured: the zombie"). No rethink: the agent's next
+            # decision is an ordinary choice, and no seeking is offered while the threat is in sight.
+            end("interrupted", f"{a.name} stopped looking for {name}: zombies in sight")
+            m.rethink = False
+            return Action("flee", "run away from the zombies")  # carried out by _execute
         b = self.by_name.get(name)
         if b is None or not b.alive:
             end("lost", f"{a.name} stopped looking for {name}: {name} is dead")
@@ -752,7 +765,7 @@ class Simulation:
         m: dict[str, Any] = {"steps": self.step_no, "agents": len(self.agents), "alive": len(alive),
                              "survivors": alive, "late_decisions": self.late, "plan_fallbacks": self.fallbacks,
                              "llm_budget_spent": self.budget_spent,
-                             "meta_cognize_runs": sum(1 for a in self.agents for e in a.timeline if e["kind"] == "strategy"),
+                             "meta_cognize_runs": sum(1 for a in self.agents for e in a.timeline if e["kind"] == "meta_changed"),
                              "memories": len(self.store), "metacognition": self.meta_counts()}
         if rules["type"] == "zombie":
             m["survival_rate"] = len(alive) / len(self.agents)
@@ -795,7 +808,7 @@ class Simulation:
                    for k in ("goal", "target", "strategy", "seek", "purpose")},
                 "changed_nothing": sum(c == "nothing" for c in changed),
                 **{f"control_{k}": chosen.count(k) for k in ("keep", "move", "seek")},
-                **{f"seek_{k}": self.intentions[k] for k in ("found", "lost", "invited", "facts_shared")}}
+                **{f"seek_{k}": self.intentions[k] for k in ("found", "lost", "interrupted", "invited", "facts_shared")}}
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -2,9 +2,10 @@
 
 For each configuration, summed over its runs: progress ratings (made, skipped), meta_cognize runs and
 rethinks, the controls chosen (keep / move / seek), the seeking intentions' outcomes (found, lost,
-invitations made and facts passed on when found), all invitations, attendance (any guest, and
-informed: knowing of the party), the mystery's kills (and how many had someone within perception range
-of the body in that step's frame), accusations and culprit answers, and the LLM calls and seconds; informed attendance and the share of
+interrupted by a zombie in sight, invitations made and facts passed on when found), all invitations,
+attendance (any guest, and informed: knowing of the party), the mystery's kills (and how many had
+someone within perception range of the body in that step's frame), accusations and culprit answers,
+the zombie's deaths (and how many came while looking for someone), and the LLM calls and seconds; informed attendance and the share of
 ended intentions that found their person with Wilson 95 % intervals, pooled over runs. Reads
 ``<folder>/<config>_run<i>/run.json``; writes ``control_counts_<folder name>.json`` and ``.md`` beside
 this script (or in ``--out``).
@@ -61,6 +62,14 @@ def summarize(folder: Path) -> dict:
             cu = m.get("culprit", {})
             c["culprit_asked"] += cu.get("asked", 0)
             c["culprit_named"] += len(cu.get("named_culprit", []))
+        if "survival_rate" in m:  # the zombie: deaths, and how many came while looking for someone
+            last: dict[str, dict] = {}
+            for frame in doc["frames"]:
+                for ag in frame["agents"]:
+                    if not ag["alive"] and last.get(ag["name"], {}).get("alive"):
+                        c["deaths"] += 1
+                        c["deaths_seeking"] += last[ag["name"]]["action"].startswith("look for")
+                    last[ag["name"]] = ag
         c["llm_calls"] += m.get("llm_cost", {}).get("calls", 0)
         c["llm_seconds"] += round(m.get("llm_cost", {}).get("seconds", 0.0))
     if not per:
@@ -71,7 +80,7 @@ def summarize(folder: Path) -> dict:
     for k, c in per.items():
         doc: dict = dict(c)
         for name, ok, n in (("informed_attendance", c["attended_informed"], c["guests"]),
-                            ("found_rate", c["seek_found"], c["seek_found"] + c["seek_lost"]),
+                            ("found_rate", c["seek_found"], c["seek_found"] + c["seek_lost"] + c["seek_interrupted"]),
                             ("culprit_rate", c["culprit_named"], c["culprit_asked"])):
             if n:  # Wilson 95 %, pooled over runs (agents of one run share a town: optimistic)
                 lo, hi = wilson_interval(ok, n)
@@ -82,9 +91,9 @@ def summarize(folder: Path) -> dict:
 
 def markdown(doc: dict) -> str:
     keys = ["runs", "ratings", "ratings_skipped", "meta_cognize", "rethinks", "control_keep", "control_move",
-            "control_seek", "seek_found", "seek_lost", "seek_invited", "seek_facts_shared", "invitations",
+            "control_seek", "seek_found", "seek_lost", "seek_interrupted", "seek_invited", "seek_facts_shared", "invitations",
             "attended", "attended_informed", "guests", "kills", "kills_seen", "accusations", "culprit_named",
-            "culprit_asked", "llm_calls", "llm_seconds"]
+            "culprit_asked", "deaths", "deaths_seeking", "llm_calls", "llm_seconds"]
     rows = ["| config | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
     for name, c in doc.items():
         rows.append(f"| {name} | " + " | ".join(str(c.get(k, 0)) for k in keys) + " |")
