@@ -230,8 +230,16 @@ def _load_transformer(path: str) -> "tuple[torch.nn.Module, object, int | None]"
     seq_len = None
     if (folder / "sentence_bert_config.json").is_file():
         seq_len = json.loads((folder / "sentence_bert_config.json").read_text()).get("max_seq_length")
-    model = AutoModel.from_pretrained(str(folder))
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    from transformers.utils import logging as hf_logging
+
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar per process for a 0.1 s load
+    try:
+        model = AutoModel.from_pretrained(str(folder))
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
     if seq_len is None:
         seq_len = min(int(tokenizer.model_max_length), int(model.config.max_position_embeddings))
     return model, tokenizer, seq_len
