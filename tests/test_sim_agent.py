@@ -78,7 +78,8 @@ def test_progress_rating_below_threshold_triggers_meta_cognize(tmp_path, llm, en
 
 
 def test_control_meta_cognize_changes_what_the_agent_does_in_three_calls(tmp_path, llm, encoder):
-    """Control mode: one seed question answered from memory, one choice among the controls, and the
+    """Control mode: a rating without a generated reason, one seed question answered from memory, one
+    choice among the controls, and the
     chosen control in the mind; an intention then takes the agent's steps with no model call. A
     context without controls skips the rating (nothing it could change)."""
     sim = Simulation(load_scenario("zombie", n_agents=1), None, encoder, str(tmp_path), SimConfig(use_llm=False))
@@ -95,6 +96,10 @@ def test_control_meta_cognize_changes_what_the_agent_does_in_three_calls(tmp_pat
     assert d.metacognized and kinds[:2] == ["progress", "meta"] and "control" in kinds
     assert "strategy" not in kinds and "goal" not in kinds  # no prose rewritten
     assert llm.cost.by_purpose["meta"] == 3  # the answer, the choice, the options' bare likelihoods
+    # in control mode the rating is the score alone: no generated reason (one call, not two)
+    assert llm.cost.by_purpose["progress"] == 1
+    assert any(m.kind == "meta" and m.text.endswith("rated own progress toward the goal 'survive' "
+                                                     f"{d.mind.progress[-1][1]}/10") for m in d.memories)
     assert list(ada._bare_lp) == [tuple(c.label for c in controls)]
     chosen = next(t for k, t in d.events if k == "control")
     pick = next(c for c in controls if chosen == f"{c.kind}: {c.label}")

@@ -120,6 +120,15 @@ class AgentConfig:
     """What ``meta_cognize`` changes: ``"control"`` picks one of the simulation's control options
     (keep the plan, go to a place, seek out a person; module docstring); ``"prose"`` rewrites the
     goal and strategy sentences and picks a place for them (paper 001's wording)."""
+    progress_reason: bool | None = None
+    """Whether a progress rating also generates a one-line reason (a second model call of ~24
+    tokens) kept with the score in the rating's memory. None: only in ``"prose"`` mode, where
+    ``meta_cognize`` rewrites goal and strategy from what the memories say; in control mode the
+    reason was read by nothing but memory retrieval (docs/sim.md, "The cost of metacognition")."""
+
+    @property
+    def rates_with_reason(self) -> bool:
+        return self.meta_mode == "prose" if self.progress_reason is None else bool(self.progress_reason)
 
     def __post_init__(self) -> None:
         if self.choice not in CHOICES:
@@ -316,16 +325,19 @@ class GenerativeAgent:
 
     def rate_progress(self, ctx: StepContext, llm: AgentLLM, mind: Mind, d: Decision,
                       cancel: threading.Event | None) -> int:
-        """Rate progress toward the goal 1-10 with a reason; stored as a meta memory."""
+        """Rate progress toward the goal 1-10 (with a generated reason if ``AgentConfig.rates_with_reason``);
+        stored as a meta memory."""
         head = self.head(ctx.premise, mind)
         recent = (ctx.notices + ctx.memories)[:6]
         prompt = P.progress(head, self.name, recent)
         score = llm.rate(prompt, "progress", cancel)
-        reason = llm.text(P.progress_reason(prompt, score), "progress", max_tokens=24, cancel=cancel)
+        reason = ""
+        if self.config.rates_with_reason:
+            reason = llm.text(P.progress_reason(prompt, score), "progress", max_tokens=24, cancel=cancel)
         mind.progress.append((ctx.step, score, reason))
-        text = f"{self.name} rated own progress toward the goal '{mind.goal or 'none yet'}' {score}/10: {reason}"
-        d.memories.append(PendingMemory(self.name, text, "meta", ctx.place))
-        d.events.append(("progress", f"{score}/10 {reason}"))
+        text = f"{self.name} rated own progress toward the goal '{mind.goal or 'none yet'}' {score}/10"
+        d.memories.append(PendingMemory(self.name, f"{text}: {reason}" if reason else text, "meta", ctx.place))
+        d.events.append(("progress", f"{score}/10 {reason}".strip()))
         return score
 
     def meta_cognize(self, ctx: StepContext, llm: AgentLLM, mem: MemoryStream | None, mind: Mind, d: Decision,
