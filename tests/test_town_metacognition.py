@@ -51,12 +51,13 @@ def test_a_rating_with_nothing_new_is_skipped(llm, sim):
     seen = ["2 zombies near the Park"]
     d = ben.think(_ctx(2, sim.places, seen), llm, None)
     ben.apply(d, 2)
-    assert [k for k, _ in d.events] == ["progress"] and llm.cost.by_purpose["progress"] == 2
+    # control mode: the rating is the score alone, one call (AgentConfig.progress_reason)
+    assert [k for k, _ in d.events] == ["progress"] and llm.cost.by_purpose["progress"] == 1
     d = ben.think(_ctx(4, sim.places, seen), llm, None)  # same goal, target and notices: the clock moved only
     ben.apply(d, 4)
-    assert [k for k, _ in d.events] == ["progress_skipped"] and llm.cost.by_purpose["progress"] == 2
+    assert [k for k, _ in d.events] == ["progress_skipped"] and llm.cost.by_purpose["progress"] == 1
     d = ben.think(_ctx(6, sim.places, seen + ["Ada is at the Park"]), llm, None)
-    assert [k for k, _ in d.events] == ["progress"] and llm.cost.by_purpose["progress"] == 4
+    assert [k for k, _ in d.events] == ["progress"] and llm.cost.by_purpose["progress"] == 2
 
 
 def test_what_meta_cognize_changed_is_counted(llm, sim):
