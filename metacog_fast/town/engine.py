@@ -616,9 +616,9 @@ class Simulation:
         m = a.mind
         name, purpose = m.seek or "", m.seek_for
 
-        def end(outcome: str, text: str) -> None:
+        def end(outcome: str, text: str, rethink: bool = True) -> None:
             a.ended.add((name, m.seek_since))
-            m.seek, m.seek_for, m.rethink = None, "", True
+            m.seek, m.seek_for, m.rethink = None, "", rethink
             self.intentions[outcome] += 1
             events.append({"agent": a.name, "kind": f"seek_{outcome}", "text": text})
 
@@ -627,8 +627,7 @@ class Simulation:
             # would; with intentions that walked on, 18 of 21 deaths with metacognition happened while
             # looking for someone (docs/sim.md, "Measured: the zombie"). No rethink: the agent's next
             # decision is an ordinary choice, and no seeking is offered while the threat is in sight.
-            end("interrupted", f"{a.name} stopped looking for {name}: zombies in sight")
-            m.rethink = False
+            end("interrupted", f"{a.name} stopped looking for {name}: zombies in sight", rethink=False)
             return Action("flee", "run away from the zombies")  # carried out by _execute
         b = self.by_name.get(name)
         if b is None or not b.alive:
@@ -762,11 +761,11 @@ class Simulation:
         """Scenario metrics (survivors, attendance, culprit accusations) and run statistics."""
         rules = self.sc.rules
         alive = [a.name for a in self.agents if a.alive]
+        meta = self.meta_counts()
         m: dict[str, Any] = {"steps": self.step_no, "agents": len(self.agents), "alive": len(alive),
                              "survivors": alive, "late_decisions": self.late, "plan_fallbacks": self.fallbacks,
-                             "llm_budget_spent": self.budget_spent,
-                             "meta_cognize_runs": sum(1 for a in self.agents for e in a.timeline if e["kind"] == "meta_changed"),
-                             "memories": len(self.store), "metacognition": self.meta_counts()}
+                             "llm_budget_spent": self.budget_spent, "meta_cognize_runs": meta["meta_cognize"],
+                             "memories": len(self.store), "metacognition": meta}
         if rules["type"] == "zombie":
             m["survival_rate"] = len(alive) / len(self.agents)
         if rules["type"] == "party":

@@ -124,7 +124,7 @@ class AgentConfig:
     """Whether a progress rating also generates a one-line reason (a second model call of ~24
     tokens) kept with the score in the rating's memory. None: only in ``"prose"`` mode, where
     ``meta_cognize`` rewrites goal and strategy from what the memories say; in control mode the
-    reason was read by nothing but memory retrieval (docs/sim.md, "The cost of metacognition")."""
+    reason was read by nothing but memory retrieval (docs/sim.md, "Measured: the zombie")."""
 
     @property
     def rates_with_reason(self) -> bool:
